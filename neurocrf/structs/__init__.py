@@ -1,0 +1,49 @@
+"""CRF layers and the chain dynamic programs under them (pure torch)."""
+
+from __future__ import annotations
+
+from neurocrf.structs.base import ChainCRF
+from neurocrf.structs.constraints import SCHEMES, Constraints, allowed_transitions
+from neurocrf.structs.linear_chain import LinearChainCRF
+from neurocrf.structs.precursor import PrecursorInducedCRF
+from neurocrf.structs.second_order import SecondOrderCRF
+
+CRF_KINDS = ("first_order", "second_order", "precursor")
+
+
+def build_crf(kind: str, tags: list[str], scheme: str | None, constrained: bool = True, **options) -> ChainCRF:
+    """Build a CRF layer over ``tags`` by name.
+
+    Args:
+        kind: ``"first_order"``, ``"second_order"`` or ``"precursor"``.
+        tags: the tag list; ids are positions in it.
+        scheme: the tag scheme (needed for constraints and for the precursor layer).
+        constrained: forbid transitions that are invalid in ``scheme``.
+        options: passed to the layer (``memory``, ``state_bias``, ``outside`` for the precursor
+            layer; ``scan``, ``parallel_threshold`` for all).
+    """
+    if kind == "precursor":
+        if scheme is None:
+            raise ValueError("the precursor-induced CRF needs a tag scheme to read entity types")
+        return PrecursorInducedCRF(tags, scheme, constrained=constrained, **options)
+    constraints = allowed_transitions(tags, scheme) if constrained and scheme is not None else None
+    if constrained and scheme is None:
+        raise ValueError("constrained=True needs a tag scheme")
+    if kind == "first_order":
+        return LinearChainCRF(len(tags), constraints, **options)
+    if kind == "second_order":
+        return SecondOrderCRF(len(tags), constraints, **options)
+    raise ValueError(f"unknown CRF kind {kind!r}; expected one of {CRF_KINDS}")
+
+
+__all__ = [
+    "CRF_KINDS",
+    "SCHEMES",
+    "ChainCRF",
+    "Constraints",
+    "LinearChainCRF",
+    "PrecursorInducedCRF",
+    "SecondOrderCRF",
+    "allowed_transitions",
+    "build_crf",
+]

@@ -1,0 +1,279 @@
+"""The public CRF interface shared by the three layers.
+
+A layer describes its state space (``_potentials``, ``_state_emissions``, ``_gold_states`` and the
+``state_labels`` map); this base class does everything else once: input checks, mask compaction,
+dtype and autocast handling, reductions, and mapping states back to tags.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable, TypeVar
+
+import torch
+from torch import Tensor, nn
+
+from neurocrf.structs import chain
+
+REDUCTIONS = ("none", "sum", "mean", "token_mean")
+F = TypeVar("F", bound=Callable)
+
+
+def _float_math(method: F) -> F:
+    """Run ``method`` with autocast off and outside ``torch.compile`` graphs.
+
+    The scan is a Python loop over positions; keeping it out of compiled graphs means a compiled
+    loss or decoder never recompiles for a new sequence length.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self, emissions: Tensor, *args, **kwargs):
+        with torch.autocast(device_type=emissions.device.type, enabled=False):
+            return method(self, emissions, *args, **kwargs)
+
+    return torch.compiler.disable(wrapper)  # type: ignore[return-value]
+
+
+class ChainCRF(nn.Module):
+    """Base class: a CRF over tags whose exact inference runs on :mod:`neurocrf.structs.chain`.
+
+    Args:
+        num_tags: number of tags ``L``.
+        scan: ``"sequential"``, ``"parallel"`` (log-depth matrix products; first-order state spaces)
+            or ``"auto"`` (parallel on CUDA for sequences of at least ``parallel_threshold``).
+        parallel_threshold: sequence length from which ``"auto"`` uses the parallel scan.
+    """
+
+    state_labels: Tensor  # [num_states] tag of each flat state
+
+    def __init__(self, num_tags: int, scan: str = "auto", parallel_threshold: int = 512) -> None:
+        super().__init__()
+        if num_tags < 1:
+            raise ValueError(f"num_tags must be positive, got {num_tags}")
+        if scan not in {"auto", "sequential", "parallel"}:
+            raise ValueError(f"scan must be 'auto', 'sequential' or 'parallel', got {scan!r}")
+        self.num_tags = num_tags
+        self.scan = scan
+        self.parallel_threshold = parallel_threshold
+
+    # --- what a layer defines -------------------------------------------------------------------
+    def _potentials(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+        """``start [*S]``, ``transitions [*S, C]``, ``end [*S]`` in ``dtype``."""
+        raise NotImplementedError
+
+    def _state_emissions(self, emissions: Tensor) -> Tensor:
+        """Tag emissions ``[B, T, L]`` -> state emissions ``[B, T, *S]``."""
+        raise NotImplementedError
+
+    def _gold_states(self, tags: Tensor) -> Tensor:
+        """Compacted tag ids ``[B, T]`` -> flat state ids ``[B, T]`` of the unique state path."""
+        raise NotImplementedError
+
+    # --- input handling -------------------------------------------------------------------------
+    def _check(self, emissions: Tensor, mask: Tensor | None) -> Tensor:
+        if not isinstance(emissions, Tensor) or emissions.dim() != 3:
+            shape = tuple(emissions.shape) if isinstance(emissions, Tensor) else type(emissions).__name__
+            raise ValueError(f"emissions must be [batch, seq_len, num_tags], got {shape}")
+        if emissions.shape[2] != self.num_tags:
+            raise ValueError(f"emissions have {emissions.shape[2]} tags in the last dim, the CRF has {self.num_tags}")
+        if not emissions.is_floating_point():
+            raise ValueError(f"emissions must be a floating point tensor, got {emissions.dtype}")
+        batch, seq_len = emissions.shape[:2]
+        if mask is None:
+            return torch.ones((batch, seq_len), dtype=torch.bool, device=emissions.device)
+        if tuple(mask.shape) != (batch, seq_len):
+            raise ValueError(f"mask has shape {tuple(mask.shape)}, expected [batch, seq_len] = {(batch, seq_len)}")
+        if mask.dtype != torch.bool:
+            if mask.is_floating_point():
+                raise ValueError(f"mask must be a bool tensor, got {mask.dtype}")
+            mask = mask != 0
+        return mask.to(emissions.device)
+
+    def _check_tags(self, tags: Tensor, emissions: Tensor, mask: Tensor) -> Tensor:
+        batch, seq_len = emissions.shape[:2]
+        if tags.dtype == torch.bool:
+            if tuple(tags.shape) != (batch, seq_len, self.num_tags):
+                raise ValueError(f"a boolean set of allowed tags must be [batch, seq_len, num_tags] = "
+                                 f"{(batch, seq_len, self.num_tags)}, got {tuple(tags.shape)}")
+            return tags.to(emissions.device)
+        if tuple(tags.shape) != (batch, seq_len):
+            raise ValueError(f"tags have shape {tuple(tags.shape)}, expected [batch, seq_len] = {(batch, seq_len)}")
+        if tags.is_floating_point():
+            raise ValueError(f"tags must be an integer tensor, got {tags.dtype}")
+        tags = tags.to(device=emissions.device, dtype=torch.long)
+        bad = mask & ((tags < 0) | (tags >= self.num_tags))
+        if bool(bad.any()):
+            b, t = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"tag id {int(tags[b, t])} at [{b}, {t}] is outside [0, {self.num_tags})")
+        return tags.masked_fill(~mask, 0)
+
+    @staticmethod
+    def _compute_dtype(emissions: Tensor) -> torch.dtype:
+        return torch.float64 if emissions.dtype == torch.float64 else torch.float32
+
+    @staticmethod
+    def _compaction(mask: Tensor) -> tuple[Tensor, Tensor, int]:
+        """Order that moves each row's True positions to the front, the lengths, and the longest length."""
+        lengths = mask.sum(1)
+        order = torch.argsort((~mask).to(torch.uint8), dim=1, stable=True)
+        width = int(lengths.max()) if lengths.numel() else 0
+        return order, lengths, width
+
+    @staticmethod
+    def _gather_positions(x: Tensor, order: Tensor, width: int) -> Tensor:
+        index = order[:, :width]
+        if x.dim() == 2:
+            return x.gather(1, index)
+        return x.gather(1, index.view(*index.shape, 1).expand(-1, -1, *x.shape[2:]))
+
+    @staticmethod
+    def _scatter_positions(compact: Tensor, order: Tensor, width: int, fill: float, seq_len: int) -> Tensor:
+        """Inverse of ``_gather_positions`` along dim ``-1`` (for ``[B, T]``) or dim 1 (for ``[B, T, L]``)."""
+        batch = order.shape[0]
+        index = order[:, :width]
+        if compact.dim() == 2:
+            out = compact.new_full((batch, seq_len), fill)
+            return out.scatter(1, index, compact)
+        out = compact.new_full((batch, seq_len, *compact.shape[2:]), fill)
+        return out.scatter(1, index.view(*index.shape, 1).expand_as(compact), compact)
+
+    def _prepare(self, emissions: Tensor, mask: Tensor | None):
+        mask = self._check(emissions, mask)
+        dtype = self._compute_dtype(emissions)
+        order, lengths, width = self._compaction(mask)
+        compact = self._gather_positions(emissions.to(dtype), order, width)
+        start, transitions, end = self._potentials(dtype)
+        return mask, order, lengths, width, compact, (start, transitions, end)
+
+    def _use_parallel(self, state_emissions: Tensor) -> bool:
+        if state_emissions.dim() != 3:
+            return False
+        if self.scan == "parallel":
+            return True
+        return (self.scan == "auto" and state_emissions.is_cuda
+                and state_emissions.shape[1] >= self.parallel_threshold)
+
+    def _log_partition_compact(self, potentials, state_emissions: Tensor, lengths: Tensor) -> Tensor:
+        if self._use_parallel(state_emissions):
+            return chain.parallel_log_partition(*potentials, state_emissions, lengths)
+        return chain.log_partition(*potentials, state_emissions, lengths)
+
+    def _state_to_tag(self, states: Tensor) -> Tensor:
+        return torch.where(states >= 0, self.state_labels[states.clamp(min=0)], states)
+
+    # --- public API -----------------------------------------------------------------------------
+    @_float_math
+    def log_partition(self, emissions: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``[batch]`` log partition function over the masked positions.
+
+        Args:
+            emissions: ``[batch, seq_len, num_tags]`` scores.
+            mask: ``[batch, seq_len]`` bool; the chain runs over the True positions of each row.
+        """
+        mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
+        return self._log_partition_compact(potentials, self._state_emissions(compact), lengths)
+
+    @_float_math
+    def score(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``[batch]`` unnormalised score of ``tags`` ``[batch, seq_len]``."""
+        mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
+        tags = self._check_tags(tags, emissions, mask)
+        if tags.dtype == torch.bool:
+            raise ValueError("score needs tag ids [batch, seq_len], not a set of allowed tags")
+        states = self._gold_states(self._gather_positions(tags, order, width))
+        return chain.path_score(*potentials, self._state_emissions(compact), states, lengths)
+
+    @_float_math
+    def forward(
+        self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, reduction: str = "mean"
+    ) -> Tensor:
+        """Negative log-likelihood of ``tags``.
+
+        Args:
+            emissions: ``[batch, seq_len, num_tags]``.
+            tags: ``[batch, seq_len]`` tag ids, or a bool ``[batch, seq_len, num_tags]`` set of allowed
+                tags per position (partial annotation: the likelihood sums over every sequence they admit).
+            mask: ``[batch, seq_len]`` bool.
+            reduction: ``"none"`` (``[batch]``), ``"sum"``, ``"mean"`` (over rows) or ``"token_mean"``
+                (sum divided by the number of True mask positions).
+        """
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
+        tags = self._check_tags(tags, emissions, mask)
+        state_emissions = self._state_emissions(compact)
+        log_z = self._log_partition_compact(potentials, state_emissions, lengths)
+        if tags.dtype == torch.bool:
+            allowed = self._allowed_states(self._gather_positions(tags, order, width))
+            clamped = state_emissions.masked_fill(~allowed, float("-inf"))
+            numerator = self._log_partition_compact(potentials, clamped, lengths)
+        else:
+            states = self._gold_states(self._gather_positions(tags, order, width))
+            numerator = chain.path_score(*potentials, state_emissions, states, lengths)
+        nll = log_z - numerator
+        if reduction == "none":
+            return nll
+        if reduction == "sum":
+            return nll.sum()
+        if reduction == "mean":
+            return nll.mean()
+        return nll.sum() / mask.sum().clamp(min=1)
+
+    def _allowed_states(self, allowed_tags: Tensor) -> Tensor:
+        """Bool ``[B, T, L]`` allowed tags -> bool ``[B, T, *S]`` allowed states."""
+        batch, seq_len = allowed_tags.shape[:2]
+        padded = torch.cat([allowed_tags, allowed_tags.new_ones(batch, seq_len, 1)], dim=-1)
+        flat = padded[..., self.state_labels.clamp(max=self.num_tags)]
+        return flat.view(batch, seq_len, *self._state_shape())
+
+    def _state_shape(self) -> tuple[int, ...]:
+        start, _, _ = self._potentials(torch.float32)
+        return tuple(start.shape)
+
+    @_float_math
+    def decode(self, emissions: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Viterbi tags ``[batch, seq_len]`` (-1 at masked positions)."""
+        mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
+        states, _ = chain.viterbi(*potentials, self._state_emissions(compact), lengths)
+        return self._scatter_positions(self._state_to_tag(states), order, width, -1, emissions.shape[1])
+
+    @_float_math
+    def nbest(self, emissions: Tensor, mask: Tensor | None = None, k: int = 5) -> tuple[Tensor, Tensor]:
+        """The ``k`` most probable tag sequences.
+
+        Returns:
+            tags ``[batch, k, seq_len]`` (-1 at masked positions and for missing paths) and their
+            log-probabilities ``[batch, k]`` (``-inf`` where a row has fewer than ``k`` paths).
+        """
+        mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
+        state_emissions = self._state_emissions(compact)
+        states, scores = chain.kbest(*potentials, state_emissions, lengths, k)
+        log_z = self._log_partition_compact(potentials, state_emissions, lengths)
+        batch = emissions.shape[0]
+        tags = self._state_to_tag(states).reshape(batch * k, width)
+        order_k = order.repeat_interleave(k, dim=0)
+        tags = self._scatter_positions(tags, order_k, width, -1, emissions.shape[1])
+        return tags.view(batch, k, -1), scores - log_z.unsqueeze(1)
+
+    @_float_math
+    def marginals(self, emissions: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Token posteriors ``P(tag at t)`` ``[batch, seq_len, num_tags]`` (0 at masked positions)."""
+        mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
+        state_emissions = self._state_emissions(compact)
+        if self._use_parallel(state_emissions):
+            with torch.enable_grad():
+                leaf = state_emissions.detach().requires_grad_(True)
+                log_z = chain.parallel_log_partition(*(p.detach() for p in potentials), leaf, lengths)
+                (state_marg,) = torch.autograd.grad(log_z.sum(), leaf)
+        else:
+            state_marg = chain.marginals(*potentials, state_emissions, lengths)
+        batch = emissions.shape[0]
+        flat = state_marg.reshape(batch, width, -1)
+        tag_marg = flat.new_zeros(batch, width, self.num_tags + 1)
+        tag_marg.index_add_(2, self.state_labels.clamp(max=self.num_tags), flat)
+        tag_marg = tag_marg[..., : self.num_tags]
+        return self._scatter_positions(tag_marg, order, width, 0.0, emissions.shape[1])
+
+    def num_states(self) -> int:
+        return math.prod(self._state_shape())

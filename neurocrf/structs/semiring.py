@@ -1,0 +1,70 @@
+"""Semirings for the chain scan.
+
+A chain scan repeatedly combines the scores of the previous position with the transition scores
+("times", which is ``+`` in every semiring here) and reduces over the previous state ("plus"). The
+semiring decides what "plus" is:
+
+- :class:`LogSemiring` (``logsumexp``): log partition function; its gradient gives the marginals.
+- :class:`MaxSemiring` (``max`` with argmax): Viterbi.
+- :class:`KMaxSemiring` (top-k over a flattened ``(previous state, rank)`` axis): n-best Viterbi.
+
+All reductions take ``scores`` shaped ``[batch, source, *rest]`` and reduce ``source`` (dim 1).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class LogSemiring:
+    """(logsumexp, +): sums over paths in log space."""
+
+    zero = float("-inf")
+
+    @staticmethod
+    def plus(scores: Tensor, dim: int) -> Tensor:
+        """Reduce ``dim`` with logsumexp. All ``-inf`` inputs give ``-inf`` (never NaN)."""
+        return torch.logsumexp(scores, dim=dim)
+
+
+class MaxSemiring:
+    """(max, +): the best path; ``plus_with_argmax`` also returns back-pointers."""
+
+    zero = float("-inf")
+
+    @staticmethod
+    def plus(scores: Tensor, dim: int) -> Tensor:
+        return scores.amax(dim=dim)
+
+    @staticmethod
+    def plus_with_argmax(scores: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+        values, indices = scores.max(dim=dim)
+        return values, indices
+
+
+class KMaxSemiring:
+    """(top-k, +): the k best paths.
+
+    Scores carry a trailing rank axis of size ``k``. ``plus`` reduces the source axis and the rank
+    axis jointly and returns the new top-k with back-pointers into the flattened
+    ``source * k + rank`` axis.
+    """
+
+    zero = float("-inf")
+
+    def __init__(self, k: int) -> None:
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        self.k = k
+
+    def plus_with_argmax(self, scores: Tensor) -> tuple[Tensor, Tensor]:
+        """``scores`` ``[batch, source, *rest, k]`` -> values, pointers ``[batch, *rest, k]``."""
+        flat = scores.movedim(1, -2).flatten(-2)  # [batch, *rest, source * k]
+        k = min(self.k, flat.shape[-1])
+        values, pointers = flat.topk(k, dim=-1)
+        if k < self.k:
+            pad = self.k - k
+            values = torch.cat([values, values.new_full((*values.shape[:-1], pad), self.zero)], -1)
+            pointers = torch.cat([pointers, pointers.new_zeros((*pointers.shape[:-1], pad))], -1)
+        return values, pointers

@@ -1,0 +1,276 @@
+"""Every CRF quantity of every layer against brute-force enumeration of all tag sequences.
+
+The reference scores below are written directly from each model's definition (no chain engine),
+and the enumeration runs over the True positions of each row, so masks with holes, a masked first
+position, and rows of length 0 or 1 are all covered.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from neurocrf.structs import (
+    LinearChainCRF,
+    PrecursorInducedCRF,
+    SecondOrderCRF,
+    allowed_transitions,
+    build_crf,
+)
+from neurocrf.structs.constraints import split_tag
+
+NEG_INF = float("-inf")
+IOB2_TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+BIOES_TAGS = ["O", "B-X", "I-X", "E-X", "S-X"]
+
+
+def all_sequences(num_tags: int, length: int) -> torch.Tensor:
+    if length == 0:
+        return torch.zeros(1, 0, dtype=torch.long)
+    return torch.tensor(list(itertools.product(range(num_tags), repeat=length)), dtype=torch.long)
+
+
+def _allowed_mask(crf, ys: torch.Tensor, constraints) -> torch.Tensor:
+    if constraints is None or ys.shape[1] == 0:
+        return torch.ones(ys.shape[0], dtype=torch.bool)
+    ok = constraints.start[ys[:, 0]] & constraints.end[ys[:, -1]]
+    if ys.shape[1] > 1:
+        ok &= constraints.transitions[ys[:, :-1], ys[:, 1:]].all(1)
+    return ok
+
+
+def first_order_scores(crf: LinearChainCRF, e: torch.Tensor, ys: torch.Tensor, constraints) -> torch.Tensor:
+    n = ys.shape[1]
+    if n == 0:
+        return torch.zeros(ys.shape[0], dtype=e.dtype)
+    s = crf.start_transitions.double()[ys[:, 0]] + crf.end_transitions.double()[ys[:, -1]]
+    s = s + e[torch.arange(n), ys].sum(1)
+    if n > 1:
+        s = s + crf.transitions.double()[ys[:, :-1], ys[:, 1:]].sum(1)
+    return s.masked_fill(~_allowed_mask(crf, ys, constraints), NEG_INF)
+
+
+def second_order_scores(crf: SecondOrderCRF, e: torch.Tensor, ys: torch.Tensor, constraints) -> torch.Tensor:
+    n = ys.shape[1]
+    if n == 0:
+        return torch.zeros(ys.shape[0], dtype=e.dtype)
+    s = crf.start_transitions.double()[ys[:, 0]] + crf.end_transitions.double()[ys[:, -1]]
+    s = s + e[torch.arange(n), ys].sum(1)
+    if n > 1:
+        s = s + crf.transitions.double()[ys[:, :-1], ys[:, 1:]].sum(1)
+        s = s + crf.start_pair_transitions.double()[ys[:, 0], ys[:, 1]]
+        s = s + crf.end_pair_transitions.double()[ys[:, -2], ys[:, -1]]
+    if n > 2:
+        s = s + crf.triple_transitions.double()[ys[:, :-2], ys[:, 1:-1], ys[:, 2:]].sum(1)
+    return s.masked_fill(~_allowed_mask(crf, ys, constraints), NEG_INF)
+
+
+def precursor_states(crf: PrecursorInducedCRF, y: list[int]) -> list[int]:
+    """Expand one tag sequence by the paper's rule: O remembers the last entity (plain O before any)."""
+    states, current_o = [], crf.o_index
+    for tag in y:
+        if tag == crf.o_index:
+            states.append(current_o)
+            continue
+        states.append(tag)
+        prefix, entity_type = split_tag(crf.tags[tag])
+        key = entity_type if crf.memory == "type" else crf.tags[tag]
+        current_o = crf.num_tags + crf.memory_keys.index(key) if key in crf.memory_keys else crf.o_index
+    return states
+
+
+def precursor_scores(crf: PrecursorInducedCRF, e: torch.Tensor, ys: torch.Tensor, constraints) -> torch.Tensor:
+    n = ys.shape[1]
+    if n == 0:
+        return torch.zeros(ys.shape[0], dtype=e.dtype)
+    states = torch.tensor([precursor_states(crf, y) for y in ys.tolist()], dtype=torch.long)
+    bias = torch.zeros(crf.state_labels.shape[0], dtype=e.dtype)
+    if crf.state_bias is not None:
+        bias[crf.o_states] = crf.state_bias.double()
+    s = crf.start_transitions.double()[states[:, 0]] + crf.end_transitions.double()[states[:, -1]]
+    s = s + e[torch.arange(n), ys].sum(1) + bias[states].sum(1)
+    if n > 1:
+        s = s + crf.transitions.double()[states[:, :-1], states[:, 1:]].sum(1)
+    return s.masked_fill(~_allowed_mask(crf, ys, constraints), NEG_INF)
+
+
+REFERENCES = {
+    LinearChainCRF: first_order_scores,
+    SecondOrderCRF: second_order_scores,
+    PrecursorInducedCRF: precursor_scores,
+}
+
+
+def make_layer(kind: str, tags: list[str], scheme: str, constrained: bool, **options):
+    crf = build_crf(kind, tags, scheme, constrained=constrained, **options).double()
+    with torch.no_grad():
+        for param in crf.parameters():
+            param.normal_(0.0, 1.0)
+    constraints = allowed_transitions(tags, scheme) if constrained else None
+    return crf, constraints
+
+
+def random_mask(batch: int, seq_len: int, generator: torch.Generator) -> torch.Tensor:
+    mask = torch.rand(batch, seq_len, generator=generator) < 0.7
+    mask[0] = False  # a fully masked row
+    mask[1] = False
+    mask[1, seq_len // 2] = True  # a single True position in the middle
+    if batch > 2:
+        mask[2] = True
+        mask[2, 0] = False  # masked first position, like [CLS]
+    return mask
+
+
+CASES = [
+    ("first_order", IOB2_TAGS, "IOB2", False, {}),
+    ("first_order", IOB2_TAGS, "IOB2", True, {}),
+    ("first_order", BIOES_TAGS, "BIOES", True, {}),
+    ("first_order", ["O", "I-A", "B-A", "I-B"], "IOB1", True, {}),
+    ("second_order", IOB2_TAGS[:3], "IOB2", False, {}),
+    ("second_order", IOB2_TAGS, "IOB2", True, {}),
+    ("second_order", BIOES_TAGS, "BIOES", True, {}),
+    ("precursor", IOB2_TAGS, "IOB2", True, {"memory": "type"}),
+    ("precursor", IOB2_TAGS, "IOB2", True, {"memory": "tag"}),
+    ("precursor", IOB2_TAGS, "IOB2", False, {"memory": "tag", "state_bias": True}),
+    ("precursor", BIOES_TAGS, "BIOES", True, {"memory": "tag", "state_bias": True}),
+    ("precursor", ["O", "I-A", "B-A", "I-B"], "IOB1", True, {"memory": "type"}),
+]
+
+
+@pytest.fixture(params=CASES, ids=lambda c: f"{c[0]}-{c[2]}-{'c' if c[3] else 'u'}-{'-'.join(map(str, c[4].values()))}")
+def setup(request):
+    kind, tags, scheme, constrained, options = request.param
+    crf, constraints = make_layer(kind, tags, scheme, constrained, **options)
+    generator = torch.Generator().manual_seed(len(tags) * 7 + len(kind))
+    batch, seq_len = 5, 6
+    emissions = torch.randn(batch, seq_len, len(tags), generator=generator, dtype=torch.float64) * 2
+    mask = random_mask(batch, seq_len, generator)
+    return crf, constraints, emissions, mask, generator
+
+
+def enumerate_row(crf, constraints, emissions, mask, row):
+    e = emissions[row][mask[row]]
+    ys = all_sequences(crf.num_tags, e.shape[0])
+    scores = REFERENCES[type(crf)](crf, e, ys, constraints)
+    return ys, scores
+
+
+def test_log_partition(setup):
+    crf, constraints, emissions, mask, _ = setup
+    log_z = crf.log_partition(emissions, mask)
+    for row in range(emissions.shape[0]):
+        _, scores = enumerate_row(crf, constraints, emissions, mask, row)
+        torch.testing.assert_close(log_z[row], torch.logsumexp(scores, 0))
+    assert log_z[0] == 0  # fully masked row: one empty path
+
+
+def test_score_and_nll(setup):
+    crf, constraints, emissions, mask, generator = setup
+    for row in range(emissions.shape[0]):
+        ys, scores = enumerate_row(crf, constraints, emissions, mask, row)
+        valid = torch.isfinite(scores).nonzero().flatten()
+        pick = ys[valid[torch.randint(len(valid), (1,), generator=generator)]][0]
+        tags = torch.full((1, emissions.shape[1]), -1, dtype=torch.long)
+        tags[0, mask[row]] = pick
+        expected = REFERENCES[type(crf)](crf, emissions[row][mask[row]], pick[None], constraints)[0]
+        got = crf.score(emissions[row:row + 1], tags, mask[row:row + 1])
+        torch.testing.assert_close(got[0], expected)
+        nll = crf(emissions[row:row + 1], tags, mask[row:row + 1], reduction="none")
+        torch.testing.assert_close(nll[0], torch.logsumexp(scores, 0) - expected)
+
+
+def test_decode(setup):
+    crf, constraints, emissions, mask, _ = setup
+    best = crf.decode(emissions, mask)
+    assert best.shape == mask.shape
+    assert bool((best[~mask] == -1).all())
+    for row in range(emissions.shape[0]):
+        ys, scores = enumerate_row(crf, constraints, emissions, mask, row)
+        path = best[row][mask[row]]
+        assert bool((path >= 0).all())
+        path_score = REFERENCES[type(crf)](crf, emissions[row][mask[row]], path[None], constraints)[0]
+        torch.testing.assert_close(path_score, scores.max())
+
+
+@pytest.mark.parametrize("k", [1, 4, 40])
+def test_nbest(setup, k):
+    crf, constraints, emissions, mask, _ = setup
+    paths, log_probs = crf.nbest(emissions, mask, k=k)
+    assert paths.shape == (emissions.shape[0], k, emissions.shape[1])
+    for row in range(emissions.shape[0]):
+        ys, scores = enumerate_row(crf, constraints, emissions, mask, row)
+        log_z = torch.logsumexp(scores, 0)
+        finite = scores[torch.isfinite(scores)]
+        expected = finite.sort(descending=True).values[:k] - log_z
+        got = log_probs[row]
+        torch.testing.assert_close(got[: len(expected)], expected)
+        assert bool(torch.isneginf(got[len(expected):]).all())
+        for rank in range(len(expected)):
+            path = paths[row, rank][mask[row]]
+            ref = REFERENCES[type(crf)](crf, emissions[row][mask[row]], path[None], constraints)[0]
+            torch.testing.assert_close(ref - log_z, got[rank])
+        assert bool((paths[row, :, ~mask[row]] == -1).all())
+        assert bool((paths[row, len(expected):] == -1).all())
+
+
+def test_marginals(setup):
+    crf, constraints, emissions, mask, _ = setup
+    marg = crf.marginals(emissions, mask)
+    assert marg.shape == emissions.shape
+    for row in range(emissions.shape[0]):
+        ys, scores = enumerate_row(crf, constraints, emissions, mask, row)
+        probs = torch.softmax(scores, 0)
+        n = ys.shape[1]
+        expected = torch.zeros(n, crf.num_tags, dtype=torch.float64)
+        for t in range(n):
+            expected[t].index_add_(0, ys[:, t], probs)
+        torch.testing.assert_close(marg[row][mask[row]], expected)
+        assert bool((marg[row][~mask[row]] == 0).all())
+
+
+def test_partial_labels(setup):
+    crf, constraints, emissions, mask, generator = setup
+    allowed = torch.rand(*emissions.shape, generator=generator) < 0.6
+    allowed[..., 0] = True  # keep at least one admissible sequence in unconstrained cases
+    nll = crf(emissions, allowed, mask, reduction="none")
+    for row in range(emissions.shape[0]):
+        ys, scores = enumerate_row(crf, constraints, emissions, mask, row)
+        sets = allowed[row][mask[row]]
+        admitted = torch.ones(ys.shape[0], dtype=torch.bool)
+        for t in range(ys.shape[1]):
+            admitted &= sets[t, ys[:, t]]
+        expected = torch.logsumexp(scores, 0) - torch.logsumexp(scores.masked_fill(~admitted, NEG_INF), 0)
+        torch.testing.assert_close(nll[row], expected)
+
+
+def test_marginals_are_gradient_of_log_partition(setup):
+    crf, _, emissions, mask, _ = setup
+    leaf = emissions.clone().requires_grad_(True)
+    crf.log_partition(leaf, mask).sum().backward()
+    torch.testing.assert_close(leaf.grad, crf.marginals(emissions, mask))
+
+
+def test_parameter_gradients_match_autograd_through_enumeration(setup):
+    crf, constraints, emissions, mask, _ = setup
+    row = 2
+    crf.zero_grad()
+    crf.log_partition(emissions[row:row + 1], mask[row:row + 1]).sum().backward()
+    fast = {name: p.grad.clone() for name, p in crf.named_parameters()}
+    crf.zero_grad()
+    _, scores = enumerate_row(crf, constraints, emissions, mask, row)
+    torch.logsumexp(scores, 0).backward()
+    for name, param in crf.named_parameters():
+        torch.testing.assert_close(fast[name], param.grad, msg=f"gradient of {name}")
+
+
+def test_precursor_state_counts():
+    e = 3
+    iob2 = ["O"] + [f"{p}-{t}" for t in "ABC" for p in "BI"]
+    bioes = ["O"] + [f"{p}-{t}" for t in "ABC" for p in "BIES"]
+    assert PrecursorInducedCRF(iob2, "IOB2", memory="type").num_states() == 3 * e + 1
+    assert PrecursorInducedCRF(iob2, "IOB2", memory="tag").num_states() == 4 * e + 1  # N + N - 1
+    assert PrecursorInducedCRF(bioes, "BIOES", memory="type").num_states() == 5 * e + 1
+    assert PrecursorInducedCRF(bioes, "BIOES", memory="tag").num_states() == 6 * e + 1
+    assert PrecursorInducedCRF(bioes, "BIOES", memory="tag", constrained=False).num_states() == 8 * e + 1
