@@ -19,6 +19,7 @@ from neurocrf.structs import (
     allowed_transitions,
     build_crf,
 )
+from neurocrf.structs import chain
 from neurocrf.structs.constraints import split_tag
 
 NEG_INF = float("-inf")
@@ -137,6 +138,14 @@ CASES = [
     ("precursor", BIOES_TAGS, "BIOES", True, {"memory": "tag", "state_bias": True}),
     ("precursor", ["O", "I-A", "B-A", "I-B"], "IOB1", True, {"memory": "type"}),
 ]
+
+
+@pytest.fixture(autouse=True, params=["exp", "log"])
+def kernel(request, monkeypatch):
+    """Run every check on both scan kernels: the certified exp-space one and the log-space one."""
+    if request.param == "log":
+        monkeypatch.setattr(chain, "_STEP_SPREAD_LIMIT", -1.0)
+    return request.param
 
 
 @pytest.fixture(params=CASES, ids=lambda c: f"{c[0]}-{c[2]}-{'c' if c[3] else 'u'}-{'-'.join(map(str, c[4].values()))}")

@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 import torch
 from torch import Tensor, nn
 
-from neurocrf.structs import chain
+from neurocrf.structs.chain import Chain, path_score
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
 F = TypeVar("F", bound=Callable)
@@ -155,9 +155,10 @@ class ChainCRF(nn.Module):
                 and state_emissions.shape[1] >= self.parallel_threshold)
 
     def _log_partition_compact(self, potentials, state_emissions: Tensor, lengths: Tensor) -> Tensor:
+        graph = Chain(*potentials, state_emissions, lengths)
         if self._use_parallel(state_emissions):
-            return chain.parallel_log_partition(*potentials, state_emissions, lengths)
-        return chain.log_partition(*potentials, state_emissions, lengths)
+            return graph.parallel_log_partition()
+        return graph.log_partition()
 
     def _state_to_tag(self, states: Tensor) -> Tensor:
         return torch.where(states >= 0, self.state_labels[states.clamp(min=0)], states)
@@ -182,7 +183,7 @@ class ChainCRF(nn.Module):
         if tags.dtype == torch.bool:
             raise ValueError("score needs tag ids [batch, seq_len], not a set of allowed tags")
         states = self._gold_states(self._gather_positions(tags, order, width))
-        return chain.path_score(*potentials, self._state_emissions(compact), states, lengths)
+        return path_score(*potentials, self._state_emissions(compact), states, lengths)
 
     @_float_math
     def forward(
@@ -210,7 +211,7 @@ class ChainCRF(nn.Module):
             numerator = self._log_partition_compact(potentials, clamped, lengths)
         else:
             states = self._gold_states(self._gather_positions(tags, order, width))
-            numerator = chain.path_score(*potentials, state_emissions, states, lengths)
+            numerator = path_score(*potentials, state_emissions, states, lengths)
         nll = log_z - numerator
         if reduction == "none":
             return nll
@@ -235,7 +236,8 @@ class ChainCRF(nn.Module):
     def decode(self, emissions: Tensor, mask: Tensor | None = None) -> Tensor:
         """Viterbi tags ``[batch, seq_len]`` (-1 at masked positions)."""
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
-        states, _ = chain.viterbi(*potentials, self._state_emissions(compact), lengths)
+        with torch.no_grad():
+            states, _ = Chain(*potentials, self._state_emissions(compact), lengths).viterbi()
         return self._scatter_positions(self._state_to_tag(states), order, width, -1, emissions.shape[1])
 
     @_float_math
@@ -247,9 +249,10 @@ class ChainCRF(nn.Module):
             log-probabilities ``[batch, k]`` (``-inf`` where a row has fewer than ``k`` paths).
         """
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
-        state_emissions = self._state_emissions(compact)
-        states, scores = chain.kbest(*potentials, state_emissions, lengths, k)
-        log_z = self._log_partition_compact(potentials, state_emissions, lengths)
+        with torch.no_grad():
+            state_emissions = self._state_emissions(compact)
+            states, scores = Chain(*potentials, state_emissions, lengths).kbest(k)
+            log_z = self._log_partition_compact(potentials, state_emissions, lengths)
         batch = emissions.shape[0]
         tags = self._state_to_tag(states).reshape(batch * k, width)
         order_k = order.repeat_interleave(k, dim=0)
@@ -258,16 +261,20 @@ class ChainCRF(nn.Module):
 
     @_float_math
     def marginals(self, emissions: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Token posteriors ``P(tag at t)`` ``[batch, seq_len, num_tags]`` (0 at masked positions)."""
+        """Token posteriors ``P(tag at t)`` ``[batch, seq_len, num_tags]`` (0 at masked positions).
+
+        Not differentiable; the gradient of :meth:`log_partition` with respect to the emissions is
+        the same quantity."""
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
         state_emissions = self._state_emissions(compact)
         if self._use_parallel(state_emissions):
             with torch.enable_grad():
                 leaf = state_emissions.detach().requires_grad_(True)
-                log_z = chain.parallel_log_partition(*(p.detach() for p in potentials), leaf, lengths)
-                (state_marg,) = torch.autograd.grad(log_z.sum(), leaf)
+                graph = Chain(*(p.detach() for p in potentials), leaf, lengths)
+                (state_marg,) = torch.autograd.grad(graph.parallel_log_partition().sum(), leaf)
         else:
-            state_marg = chain.marginals(*potentials, state_emissions, lengths)
+            with torch.no_grad():
+                state_marg = Chain(*potentials, state_emissions, lengths).marginals()
         batch = emissions.shape[0]
         flat = state_marg.reshape(batch, width, -1)
         tag_marg = flat.new_zeros(batch, width, self.num_tags + 1)

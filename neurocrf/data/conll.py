@@ -1,0 +1,323 @@
+"""CoNLL-style column files: one token per line, columns separated by whitespace or a delimiter,
+a blank line after each sentence.
+
+Handled on reading: document separator lines (``-DOCSTART-`` of CoNLL-2003, also when it is the
+file's last line without a final newline, and ``###MEDLINE:<id>`` of JNLPBA), comment lines,
+several blank lines in a row, a missing final newline, ``\\r\\n`` line ends and a UTF-8 byte
+order mark. Every problem raises :class:`ConllFormatError` naming the file, the line and what is
+wrong.
+
+>>> import io
+>>> buffer = io.StringIO()
+>>> write_conll(buffer, [Sentence(["EU", "rejects"], ["B-ORG", "O"])])
+>>> buffer.getvalue()
+'EU\\tB-ORG\\nrejects\\tO\\n\\n'
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from neurocrf.data.schemes import InvalidTagError, check_scheme, validate_tags
+
+DOC_PREFIXES: tuple[str, ...] = ("-DOCSTART-", "###MEDLINE:")
+"""Default document separator prefixes (matched against a line's first field)."""
+
+_ASCII_SPACE = re.compile(r"[ \t\f\v]+")
+
+
+class ConllFormatError(ValueError):
+    """A column file that cannot be read; the message starts with ``path:line:``."""
+
+
+@dataclass
+class Sentence:
+    """One sentence of a column file.
+
+    ``columns[i]`` holds every raw column of token ``i``; ``source`` and ``line`` (1-based line of
+    the first token) locate it, ``token_lines[i]`` is the line of token ``i``; ``document`` counts
+    the documents of the file from 0 (a new one starts after each document separator line).
+    """
+
+    tokens: list[str]
+    tags: list[str] | None = None
+    columns: list[list[str]] | None = None
+    source: str | None = None
+    line: int | None = None
+    document: int | None = None
+    token_lines: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def location(self, index: int = 0) -> str:
+        """``"path:line"`` of token ``index`` (for error messages)."""
+        if self.token_lines is not None and 0 <= index < len(self.token_lines):
+            line: int | None = self.token_lines[index]
+        else:
+            line = None if self.line is None else self.line + index
+        return f"{self.source or '<unknown>'}:{line if line is not None else '?'}"
+
+
+def _decode(data: bytes, path: str, encoding: str) -> str:
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ConllFormatError(
+            f"{path}:{line}: bytes {data[error.start:error.end]!r} are not valid {encoding}"
+            f" ({error.reason})"
+        ) from None
+    except LookupError:
+        raise ValueError(f"unknown encoding {encoding!r} for {path}") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _split(line: str, delimiter: str | None) -> list[str]:
+    if delimiter is None:
+        # ASCII whitespace only: str.split() would also cut tokens at U+00A0, U+2009, ...
+        return _ASCII_SPACE.split(line.strip(" \t\f\v"))
+    return line.split(delimiter)
+
+
+def _doc_prefixes(docstart: str | Sequence[str] | None) -> tuple[str, ...]:
+    if docstart is None:
+        return ()
+    if isinstance(docstart, str):
+        return (docstart,)
+    return tuple(docstart)
+
+
+def read_conll(
+    path: str | os.PathLike[str],
+    *,
+    token_column: int = 0,
+    tag_column: int | None = -1,
+    delimiter: str | None = None,
+    docstart: str | Sequence[str] | None = DOC_PREFIXES,
+    comment_prefix: str | None = None,
+    encoding: str = "utf-8",
+    scheme: str | None = None,
+    min_columns: int | None = None,
+) -> list[Sentence]:
+    """Read a column file into sentences.
+
+    Args:
+        path: the file.
+        token_column, tag_column: column indices (negative counts from the end); ``tag_column=None``
+            reads tokens only (``Sentence.tags`` is None).
+        delimiter: column separator; None splits on any run of spaces or tabs.
+        docstart: prefix(es) of document separator lines, matched against the first field
+            (default: ``-DOCSTART-`` and ``###MEDLINE:``); these lines also end a sentence.
+        comment_prefix: lines starting with it are skipped (anywhere in the file).
+        encoding: text encoding; a UTF-8 byte order mark is dropped.
+        scheme: if given ("IOB1", "IOB2", "BIOES"), every sentence's tags are validated in it.
+        min_columns: every token line must have at least this many columns.
+
+    Every token line must have as many columns as the file's first token line.
+
+    Raises:
+        ConllFormatError: naming file and line, for inconsistent or too few columns, tags invalid
+            in ``scheme``, bytes not valid in ``encoding``, or a file without any sentence.
+    """
+    name = os.fspath(path)
+    if scheme is not None:
+        check_scheme(scheme)
+    with open(name, "rb") as handle:
+        text = _decode(handle.read(), name, encoding)
+    prefixes = _doc_prefixes(docstart)
+    needed = max(_needed_columns(token_column), _needed_columns(tag_column), min_columns or 0)
+
+    sentences: list[Sentence] = []
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    document = 0
+    doc_has_sentences = False
+    width: int | None = None
+    width_line = 0
+
+    def flush() -> None:
+        nonlocal rows, lines, doc_has_sentences
+        if rows:
+            sentences.append(
+                _make_sentence(rows, lines, token_column, tag_column, name, document, scheme)
+            )
+            doc_has_sentences = True
+        rows, lines = [], []
+
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw[:-1] if raw.endswith("\r") else raw
+        if not line.strip(" \t\f\v"):
+            flush()
+            continue
+        if comment_prefix is not None and line.startswith(comment_prefix):
+            continue
+        fields = _split(line, delimiter)
+        if prefixes and fields[0].startswith(prefixes):
+            flush()
+            if doc_has_sentences:
+                document += 1
+                doc_has_sentences = False
+            continue
+        if width is None:
+            if len(fields) < needed:
+                raise ConllFormatError(
+                    f"{name}:{number}: found {len(fields)} column(s), need at least {needed}"
+                    f" (token_column={token_column}, tag_column={tag_column},"
+                    f" min_columns={min_columns}): {line!r}"
+                )
+            width, width_line = len(fields), number
+        elif len(fields) != width:
+            raise ConllFormatError(
+                f"{name}:{number}: found {len(fields)} column(s), expected {width} as on line"
+                f" {width_line}: {line!r}"
+            )
+        rows.append(fields)
+        lines.append(number)
+    flush()
+    if not sentences:
+        raise ConllFormatError(f"{name}:1: no sentences found (empty file or only separators)")
+    return sentences
+
+
+def _needed_columns(column: int | None) -> int:
+    if column is None:
+        return 0
+    return column + 1 if column >= 0 else -column
+
+
+def _make_sentence(
+    rows: list[list[str]],
+    lines: list[int],
+    token_column: int,
+    tag_column: int | None,
+    source: str,
+    document: int,
+    scheme: str | None,
+) -> Sentence:
+    tokens = [row[token_column] for row in rows]
+    tags = None if tag_column is None else [row[tag_column] for row in rows]
+    if tags is not None and scheme is not None:
+        try:
+            validate_tags(tags, scheme)
+        except InvalidTagError as error:
+            position = error.position if error.position is not None else 0
+            raise ConllFormatError(f"{source}:{lines[position]}: {error}") from None
+    return Sentence(
+        tokens=tokens,
+        tags=tags,
+        columns=rows,
+        source=source,
+        line=lines[0],
+        document=document,
+        token_lines=lines,
+    )
+
+
+def write_conll(
+    path_or_file: str | os.PathLike[str] | TextIO,
+    sentences: Iterable[Sentence],
+    *,
+    delimiter: str = "\t",
+    extra_tag_columns: Mapping[str, Sequence[Sequence[str]]] | None = None,
+    raw_columns: bool = False,
+    docstart: str | None = "-DOCSTART-",
+    encoding: str = "utf-8",
+) -> None:
+    """Write sentences as a column file: ``token [tag] [extra...]`` per line, blank line after each.
+
+    Args:
+        path_or_file: a path (written atomically: temp file + rename) or an open text file.
+        sentences: what to write; ``tags`` of None writes the token column only.
+        extra_tag_columns: more columns after the tag, ``{name: per-sentence lists of values}``
+            in the order given (e.g. predictions next to gold tags).
+        raw_columns: write each sentence's ``columns`` as read instead of token and tag, so that
+            a file read with any column options reads back identically.
+        docstart: when the sentences come from more than one document (``Sentence.document``),
+            a line ``docstart<delimiter>O...`` precedes each document; None never writes one.
+
+    Raises ValueError when a sentence's tags, columns or extra columns do not match its tokens,
+    or a value contains the delimiter or a line break (it could not be read back).
+    """
+    sentences = list(sentences)
+    extra = dict(extra_tag_columns or {})
+    for name, values in extra.items():
+        if len(values) != len(sentences):
+            raise ValueError(
+                f"extra column {name!r} has {len(values)} sentences, expected {len(sentences)}"
+            )
+    documents = {s.document for s in sentences}
+    separate = docstart is not None and len(documents) > 1
+    out = io.StringIO()
+    previous_document: object = object()
+    for index, sentence in enumerate(sentences):
+        rows = _rows(sentence, index, extra, raw_columns)
+        if separate and sentence.document != previous_document:
+            filler = ["O"] * (len(rows[0]) - 1 if rows else 0)
+            out.write(delimiter.join([str(docstart), *filler]) + "\n\n")
+            previous_document = sentence.document
+        for row in rows:
+            for value in row:
+                if not value or (delimiter in value) or "\n" in value or "\r" in value:
+                    raise ValueError(
+                        f"sentence {index} ({sentence.location()}): value {value!r} is empty or"
+                        " contains the delimiter or a line break"
+                    )
+            out.write(delimiter.join(row) + "\n")
+        out.write("\n")
+    text = out.getvalue()
+    if isinstance(path_or_file, (str, os.PathLike)):
+        atomic_write_text(path_or_file, text, encoding)
+    else:
+        path_or_file.write(text)
+
+
+def _rows(
+    sentence: Sentence, index: int, extra: Mapping[str, Sequence[Sequence[str]]], raw: bool
+) -> list[list[str]]:
+    n = len(sentence.tokens)
+    where = f"sentence {index} ({sentence.location()})"
+    if raw:
+        if sentence.columns is None or len(sentence.columns) != n:
+            raise ValueError(f"{where}: raw_columns=True needs one column list per token")
+        columns = [list(row) for row in sentence.columns]
+    else:
+        columns = [[token] for token in sentence.tokens]
+        if sentence.tags is not None:
+            if len(sentence.tags) != n:
+                raise ValueError(f"{where}: {len(sentence.tags)} tags for {n} tokens")
+            for row, tag in zip(columns, sentence.tags):
+                row.append(tag)
+    for name, values in extra.items():
+        if len(values[index]) != n:
+            raise ValueError(
+                f"{where}: extra column {name!r} has {len(values[index])} values for {n} tokens"
+            )
+        for row, value in zip(columns, values[index]):
+            row.append(value)
+    return columns
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> None:
+    """Write ``text`` to a temp file in the same folder, then ``os.replace`` it onto ``path``.
+
+    Readers never see a half-written file, and two processes writing the same content race safely.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temp, "x", encoding=encoding, newline="\n") as handle:
+            handle.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        if temp.exists():
+            temp.unlink()
+        raise

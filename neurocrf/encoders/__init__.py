@@ -1,0 +1,76 @@
+"""Encoders: tokens in, ``[batch, seq_len, output_dim]`` out.
+
+Two calls build an encoder from a plain config dict (``config["name"]`` in ``bilstm``,
+``transformer``, ``features``; the other keys are the encoder's options, see
+``configs/encoder/*.yaml``)::
+
+    vocabularies = build_vocabularies(config, train_tokens)   # reads training data + vector files
+    encoder = build_encoder(config, vocabularies, num_tags)
+    out = encoder(encoder.prepare(batch_tokens))              # [B, T, encoder.output_dim]
+
+``vocabularies`` holds plain python values only, so it can be saved with the config in a
+checkpoint. Rebuilding from a checkpoint is ``build_encoder(config, vocabularies, num_tags,
+restore=True)`` then ``load_state_dict``: it never reads pretrained vector files, and a transformer
+is built from its folder's config and tokenizer without loading its weights. (Without
+``restore=True`` it works too: the vector file is still not read, the transformer's weights are.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from neurocrf.encoders.base import Encoder, plain_config
+from neurocrf.encoders.features import extract_features
+
+ENCODERS = ("bilstm", "transformer", "features")
+
+
+def _name(config: dict[str, Any]) -> str:
+    name = config.get("name")
+    if name not in ENCODERS:
+        raise ValueError(f"unknown encoder name {name!r}; expected one of {ENCODERS}")
+    return name
+
+
+def build_vocabularies(config: Any, sentences: list[list[str]]) -> dict[str, Any]:
+    """Vocabularies the encoder needs, from the training sentences; plain values only."""
+    config = plain_config(config)
+    name = _name(config)
+    if name == "bilstm":
+        from neurocrf.encoders.bilstm import build_vocabularies as build
+
+        return build(config, sentences)
+    if name == "features":
+        from neurocrf.encoders.features import build_vocabularies as build
+
+        return build(config, sentences)
+    from neurocrf.encoders.base import with_defaults
+    from neurocrf.encoders.transformer import DEFAULTS
+
+    with_defaults(config, DEFAULTS, "transformer")  # fail early on a typo; the tokenizer is its vocabulary
+    return {}
+
+
+def build_encoder(config: Any, vocabularies: dict[str, Any], num_tags: int, *, restore: bool = False) -> Encoder:
+    """Construct the encoder module from the config and the saved vocabularies.
+
+    Args:
+        restore: True when the weights will come from a state dict (checkpoint loading): skips
+            reading pretrained weights (transformer) and pretrained vector rows (BiLSTM).
+    """
+    config = plain_config(config)
+    name = _name(config)
+    if name == "bilstm":
+        from neurocrf.encoders.bilstm import build_bilstm
+
+        return build_bilstm(config, vocabularies, restore=restore)
+    if name == "features":
+        from neurocrf.encoders.features import build_features
+
+        return build_features(config, vocabularies, num_tags)
+    from neurocrf.encoders.transformer import build_transformer
+
+    return build_transformer(config, restore=restore)
+
+
+__all__ = ["ENCODERS", "Encoder", "build_encoder", "build_vocabularies", "extract_features"]

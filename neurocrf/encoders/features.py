@@ -1,0 +1,300 @@
+"""Sparse feature encoder: the classic log-linear CRF (Lafferty et al. 2001) inside neurocrf.
+
+Each token fires a set of binary features built from templates; its emission score for tag y is
+the sum of the weights of (feature, y) over its features: an ``EmbeddingBag(num_features,
+num_tags, mode="sum")``, zero-initialised. The output is already ``[B, T, num_tags]`` emission
+scores (``emits_scores = True``), so the model adds no projection layer.
+
+Templates (strings; feature names in brackets)::
+
+    bias                    always on, whatever the templates say          [bias]
+    token                   the token                                      [w[0]=Paris]
+    norm                    lowercased, digits folded to 0                 [n[0]=paris]
+    window | window:N       tokens at -N//2..N//2 but 0 (default N = 3)    [w[-1]=in, w[+1]=__EOS__]
+    prefix | prefix:A-B     prefixes of lengths A..B (default 2-4)         [p2=Pa, p3=Par, ...]
+    suffix | suffix:A-B     suffixes of lengths A..B (default 2-4)         [s2=is, ...]
+    shape                   word shape and its collapsed form              [shape[0]=Xxxxx, sshape[0]=Xx]
+    flags                   capitalisation / digit / hyphen / punctuation  [cap=init, digit=has, ...]
+    ATTR[o1,o2,...]         ATTR at relative offsets, ATTR in w, n, shape, sshape, colK
+                            e.g. n[-1,1], col1[-1,0,1]                     [col1[0]=NNP]
+
+Named sets: ``set1`` = token + window + norm; ``set2`` = set1 + prefix + suffix (Lee & Choi
+2018); ``full`` = set2 + shape + flags. Affixes fire only for words at least that long.
+
+Extra input columns (``colK``, K >= 1; column 0 is the word): :meth:`Encoder.prepare` takes
+tokens only, so a token must carry its columns pre-joined with ``column_separator`` (default a
+tab), e.g. ``"Paris\\tNNP"``; all templates then see column 0 as the word. A template naming a
+column that a token lacks raises ValueError naming the token.
+
+:func:`extract_features` is the same extraction as a plain function, for python-crfsuite.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from neurocrf.encoders.base import Encoder, Lookup, counted_vocabulary, sentence_mask, with_defaults
+
+DEFAULTS: dict[str, Any] = {
+    "templates": "set2",  # set1 | set2 | full | a list of templates
+    "min_count": 1,  # features seen fewer times in training are dropped
+    "column_separator": "\t",  # joins extra columns onto the token (only used by colK templates)
+}
+FEATURE_SETS: dict[str, list[str]] = {
+    "set1": ["token", "window", "norm"],
+    "set2": ["token", "window", "norm", "prefix", "suffix"],
+    "full": ["token", "window", "norm", "prefix", "suffix", "shape", "flags"],
+}
+BIAS = "bias"
+BOS, EOS = "__BOS__", "__EOS__"
+
+_DIGITS = re.compile(r"\d")
+_GENERIC = re.compile(r"^(w|n|shape|sshape|col(\d+))\[([-+]?\d+(?:\s*,\s*[-+]?\d+)*)\]$")
+_AFFIX = re.compile(r"^(prefix|suffix)(?::(\d+)-(\d+))?$")
+_WINDOW = re.compile(r"^window(?::(\d+))?$")
+
+# A token view: its columns, column 0 being the word.
+Columns = Sequence[str]
+Extractor = Callable[[list[Columns], int], list[str]]
+
+
+def normalise(word: str) -> str:
+    """Lowercase, every digit folded to 0: ``"Sept-12"`` -> ``"sept-00"``."""
+    return _DIGITS.sub("0", word.lower())
+
+
+def word_shape(word: str) -> str:
+    """Upper -> X, lower -> x, digit -> d, other characters kept: ``"U.S.-1a"`` -> ``"X.X.-dx"``."""
+    return "".join("X" if c.isupper() else "x" if c.islower() else "d" if c.isdigit() else c for c in word)
+
+
+def short_shape(word: str) -> str:
+    """:func:`word_shape` with runs collapsed: ``"Paris"`` -> ``"Xx"``, ``"1999"`` -> ``"d"``."""
+    shape = word_shape(word)
+    return "".join(c for i, c in enumerate(shape) if i == 0 or c != shape[i - 1])
+
+
+def flags(word: str) -> list[str]:
+    out = []
+    letters = [c for c in word if c.isalpha()]
+    if letters:
+        if all(c.isupper() for c in letters):
+            out.append("cap=all")
+        elif word[0].isupper():
+            out.append("cap=init")
+        elif all(c.islower() for c in letters):
+            out.append("cap=lower")
+        if any(c.isupper() for c in letters[1:]) and any(c.islower() for c in letters):
+            out.append("cap=mixed")
+    if any(c.isdigit() for c in word):
+        out.append("digit=all" if word.isdigit() else "digit=has")
+    if "-" in word:
+        out.append("hyphen")
+    if word and not any(c.isalnum() for c in word):
+        out.append("punct")
+    return out
+
+
+def _offset_name(offset: int) -> str:
+    return f"{offset:+d}" if offset else "0"
+
+
+def _attribute(name: str) -> Callable[[Columns], str]:
+    if name == "w":
+        return lambda cols: cols[0]
+    if name == "n":
+        return lambda cols: normalise(cols[0])
+    if name == "shape":
+        return lambda cols: word_shape(cols[0])
+    if name == "sshape":
+        return lambda cols: short_shape(cols[0])
+    column = int(name[3:])
+    return lambda cols: cols[column]
+
+
+def _at_offsets(name: str, offsets: list[int]) -> Extractor:
+    value = _attribute(name)
+
+    def extract(tokens: list[Columns], i: int) -> list[str]:
+        out = []
+        for offset in offsets:
+            j = i + offset
+            shown = BOS if j < 0 else EOS if j >= len(tokens) else value(tokens[j])
+            out.append(f"{name}[{_offset_name(offset)}]={shown}")
+        return out
+
+    return extract
+
+
+def _affixes(kind: str, lengths: range) -> Extractor:
+    tag = "p" if kind == "prefix" else "s"
+
+    def extract(tokens: list[Columns], i: int) -> list[str]:
+        word = tokens[i][0]
+        return [f"{tag}{n}={word[:n] if kind == 'prefix' else word[-n:]}" for n in lengths if len(word) >= n]
+
+    return extract
+
+
+def parse_template(template: str) -> tuple[Extractor | None, int]:
+    """One template -> (extractor or None for ``bias``, highest column index it reads)."""
+    text = template.strip()
+    if text == BIAS:
+        return None, 0
+    if text == "token":
+        return _at_offsets("w", [0]), 0
+    if text == "norm":
+        return _at_offsets("n", [0]), 0
+    if text == "shape":
+        full, short = _at_offsets("shape", [0]), _at_offsets("sshape", [0])
+        return (lambda tokens, i: full(tokens, i) + short(tokens, i)), 0
+    if text == "flags":
+        return (lambda tokens, i: flags(tokens[i][0])), 0
+    if match := _WINDOW.match(text):
+        size = int(match.group(1) or 3)
+        if size < 3 or size % 2 == 0:
+            raise ValueError(f"feature template {template!r}: window size must be odd and >= 3")
+        half = size // 2
+        return _at_offsets("w", [o for o in range(-half, half + 1) if o]), 0
+    if match := _AFFIX.match(text):
+        low, high = int(match.group(2) or 2), int(match.group(3) or 4)
+        if not 1 <= low <= high:
+            raise ValueError(f"feature template {template!r}: lengths must satisfy 1 <= A <= B")
+        return _affixes(match.group(1), range(low, high + 1)), 0
+    if match := _GENERIC.match(text):
+        offsets = [int(o) for o in match.group(3).split(",")]
+        column = int(match.group(2)) if match.group(2) else 0
+        if match.group(2) and column == 0:
+            raise ValueError(f"feature template {template!r}: column 0 is the word; use w[...]")
+        return _at_offsets(match.group(1), offsets), column
+    raise ValueError(
+        f"unknown feature template {template!r}; expected bias, token, norm, window[:N], prefix[:A-B], "
+        "suffix[:A-B], shape, flags or ATTR[offsets] with ATTR in w, n, shape, sshape, colK"
+    )
+
+
+class FeatureTemplates:
+    """Compiled templates: ``templates(tokens)`` -> the feature strings of every token."""
+
+    def __init__(self, templates: str | Sequence[str], column_separator: str | None = "\t") -> None:
+        if isinstance(templates, str):
+            if templates not in FEATURE_SETS:
+                raise ValueError(f"unknown feature set {templates!r}; expected one of {sorted(FEATURE_SETS)}")
+            templates = FEATURE_SETS[templates]
+        self.templates = list(templates)
+        parsed = [parse_template(t) for t in self.templates]
+        self.extractors = [extractor for extractor, _ in parsed if extractor is not None]
+        self.max_column = max((column for _, column in parsed), default=0)
+        if self.max_column and not column_separator:
+            raise ValueError("feature templates read extra columns but column_separator is not set")
+        self.column_separator = column_separator
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the compiled extractors are closures: pickle the template strings and recompile
+        return {"templates": self.templates, "column_separator": self.column_separator}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["templates"], state["column_separator"])  # type: ignore[misc]
+
+    def columns(self, tokens: Sequence[str]) -> list[Columns]:
+        if not self.max_column:
+            return [(token,) for token in tokens]
+        out = []
+        for i, token in enumerate(tokens):
+            columns = token.split(self.column_separator)
+            if len(columns) <= self.max_column:
+                raise ValueError(
+                    f"feature templates read column {self.max_column}, but token {i} ({token!r}) has only "
+                    f"{len(columns)} column(s); join the extra columns onto each token with "
+                    f"{self.column_separator!r}"
+                )
+            out.append(columns)
+        return out
+
+    def __call__(self, tokens: Sequence[str]) -> list[list[str]]:
+        columns = self.columns(tokens)
+        return [[BIAS] + [f for extract in self.extractors for f in extract(columns, i)] for i in range(len(columns))]
+
+
+def extract_features(
+    tokens: list[str], templates: str | Sequence[str] = "full", column_separator: str | None = "\t"
+) -> list[list[str]]:
+    """The feature strings of every token (``bias`` first), exactly as the encoder sees them.
+
+    >>> extract_features(["Paris", "is"], "set1")[1]
+    ['bias', 'w[0]=is', 'w[-1]=Paris', 'w[+1]=__EOS__', 'n[0]=is']
+    """
+    return FeatureTemplates(templates, column_separator)(tokens)
+
+
+def build_vocabularies(config: dict[str, Any], sentences: list[list[str]]) -> dict[str, Any]:
+    """``{"features": [...]}``: training features seen >= min_count times, ``bias`` first."""
+    options = with_defaults(config, DEFAULTS, "features")
+    templates = FeatureTemplates(options["templates"], options["column_separator"])
+    counts: Counter[str] = Counter()
+    for sentence in sentences:
+        for token_features in templates(sentence):
+            counts.update(token_features)
+    return {"features": counted_vocabulary(counts, options["min_count"], specials=(BIAS,))}
+
+
+class FeaturePreparer:
+    """Tokens -> flat feature ids + EmbeddingBag offsets (unseen features dropped), CPU tensors."""
+
+    def __init__(self, templates: FeatureTemplates, features: list[str]) -> None:
+        self.templates = templates
+        self.features = Lookup(features, unk=None)
+
+    def __call__(self, tokens: list[list[str]]) -> dict[str, Tensor]:
+        mask = sentence_mask(tokens)
+        width = mask.shape[1]
+        ids: list[int] = []
+        offsets: list[int] = []
+        index = self.features.index
+        for sentence in tokens:
+            per_token = self.templates(sentence)
+            for t in range(width):
+                offsets.append(len(ids))
+                if t < len(per_token):
+                    ids.extend(i for i in map(index.get, per_token[t]) if i is not None)
+        return {
+            "features": torch.tensor(ids, dtype=torch.long),
+            "offsets": torch.tensor(offsets, dtype=torch.long),
+            "mask": mask,
+        }
+
+
+class FeatureEncoder(Encoder):
+    """Sparse features -> ``[B, T, num_tags]`` emission scores (sum of feature weights; 0 at padding)."""
+
+    def __init__(self, options: dict[str, Any], vocabularies: dict[str, Any], num_tags: int) -> None:
+        super().__init__()
+        if "features" not in vocabularies:
+            raise ValueError("features encoder needs vocabularies['features'] (from build_vocabularies)")
+        templates = FeatureTemplates(options["templates"], options["column_separator"])
+        self.preparer = FeaturePreparer(templates, vocabularies["features"])
+        self.weights = nn.EmbeddingBag(len(vocabularies["features"]), num_tags, mode="sum")
+        nn.init.zeros_(self.weights.weight)
+        self.output_dim = num_tags
+        self.emits_scores = True
+
+    def prepare(self, tokens: list[list[str]]) -> dict[str, Tensor]:
+        return self.preparer(tokens)
+
+    def forward(self, inputs: dict[str, Tensor]) -> Tensor:
+        inputs = self._to_device(inputs)
+        batch, width = inputs["mask"].shape
+        if batch * width == 0:
+            return self.weights.weight.new_zeros(batch, width, self.output_dim)
+        scores = self.weights(inputs["features"], inputs["offsets"])  # [B * T, num_tags]
+        return scores.view(batch, width, self.output_dim)
+
+
+def build_features(config: dict[str, Any], vocabularies: dict[str, Any], num_tags: int) -> FeatureEncoder:
+    return FeatureEncoder(with_defaults(config, DEFAULTS, "features"), vocabularies, num_tags)

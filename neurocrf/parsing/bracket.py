@@ -1,0 +1,179 @@
+"""Bracketed tree formats: discbracket (read + write) and Penn Treebank brackets (read).
+
+discbracket: one tree per line, terminals written ``index=word``, e.g.
+``(S (VP (VB 0=is) (NN 2=x)) (X 1=y))``; ``(`` / ``)`` in words are ``-LRB-`` / ``-RRB-``.
+A line may start with a sentence id and a tab (``17<TAB>(S ...)``); without one, the id is the
+1-based line number. Blank lines are skipped.
+
+Penn brackets (continuous trees, e.g. the WSJ ``.mrg`` files): any number of trees per file,
+spread over lines. ``-NONE-`` elements are removed, and so are constituents left empty by that;
+function tags and co-indices are stripped from labels (``NP-SBJ-1`` -> ``NP``, ``PP=2`` -> ``PP``;
+``-LRB-``-style labels are kept); the unlabeled outer bracket ``( (S ...) )`` becomes ``ROOT``.
+Traces are not resolved into discontinuous constituents.
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import os
+import re
+from pathlib import Path
+from typing import Iterable, TextIO
+
+from neurocrf.parsing.tree import (Tree, TreebankFormatError, TreebankSentence, _tokenize,
+                                   parse_bracketed)
+
+__all__ = ["read_discbracket", "parse_discbracket", "write_discbracket", "discbracket_line",
+           "read_penn", "parse_penn", "strip_function_tags"]
+
+
+# ---------------------------------------------------------------------------- discbracket
+def read_discbracket(path: str | os.PathLike, *, encoding: str = "utf-8") -> list[TreebankSentence]:
+    """Read a discbracket file (see the module docstring)."""
+    with open(path, encoding=encoding) as f:
+        return parse_discbracket(f, source=str(path))
+
+
+def parse_discbracket(lines: Iterable[str] | str, *, source: str | None = None) -> list[TreebankSentence]:
+    """Parse discbracket text (a string or an iterable of lines)."""
+    if isinstance(lines, str):
+        lines = io.StringIO(lines)
+    out = []
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line:
+            continue
+        sent_id = str(lineno)
+        if not line.startswith("("):
+            sent_id, tab, rest = raw.strip("\r\n").partition("\t")
+            if not tab or not rest.strip().startswith("("):
+                raise TreebankFormatError(source, lineno, f"expected a tree or 'id<TAB>tree', got "
+                                          f"{line[:40]!r}")
+            sent_id, line = sent_id.strip(), rest.strip()
+        try:
+            tree, words = parse_bracketed(line)
+        except ValueError as err:
+            raise TreebankFormatError(source, lineno, str(err)) from None
+        n = len(words)
+        try:
+            tree.validate(n)
+        except ValueError:
+            leaves = tree.leaves()
+            unnamed = sorted(set(leaves) - set(words))
+            problem = (f"terminal(s) {unnamed} have no '=word'" if unnamed else
+                       f"terminal indices {leaves} are not 0..{n - 1} (each once)")
+            raise TreebankFormatError(source, lineno, problem) from None
+        out.append(TreebankSentence(sent_id, [words[i] for i in range(n)], tree))
+    return out
+
+
+def discbracket_line(sentence: TreebankSentence, *, write_id: bool = False) -> str:
+    """One sentence as a discbracket line (without newline)."""
+    for word in sentence.words:
+        if not word or any(ch.isspace() for ch in word):
+            raise ValueError(f"sentence {sentence.id}: word {word!r} is empty or contains "
+                             f"whitespace, which discbracket cannot hold")
+    text = sentence.tree.discbracket(sentence.words)
+    if write_id:
+        if "\t" in sentence.id or "\n" in sentence.id:
+            raise ValueError(f"sentence id {sentence.id!r} contains a tab or newline")
+        return f"{sentence.id}\t{text}"
+    return text
+
+
+def write_discbracket(target: str | os.PathLike | TextIO, sentences: Iterable[TreebankSentence],
+                      *, write_ids: bool = False) -> None:
+    """Write one discbracket tree per line (prefixed by ``id<TAB>`` if ``write_ids``)."""
+    text = "".join(discbracket_line(s, write_id=write_ids) + "\n" for s in sentences)
+    if isinstance(target, (str, os.PathLike)):
+        Path(target).write_text(text, encoding="utf-8")
+    else:
+        target.write(text)
+
+
+# ---------------------------------------------------------------------------- Penn brackets
+_FUNCTION = re.compile(r"^([^-=]+)[-=].*$")
+
+
+def strip_function_tags(label: str) -> str:
+    """``NP-SBJ-1`` -> ``NP``, ``PP=2`` -> ``PP``; ``-NONE-``, ``-LRB-`` unchanged."""
+    if label.startswith("-"):
+        return label
+    match = _FUNCTION.match(label)
+    return match.group(1) if match else label
+
+
+def read_penn(path: str | os.PathLike, *, encoding: str = "utf-8",
+              root_label: str = "ROOT") -> list[TreebankSentence]:
+    """Read a Penn Treebank bracket file; ids are ``<file stem>:<n>`` (1-based)."""
+    path = Path(path)
+    return parse_penn(path.read_text(encoding=encoding), source=str(path),
+                      id_prefix=path.stem + ":", root_label=root_label)
+
+
+def parse_penn(text: str, *, source: str | None = None, id_prefix: str = "",
+               root_label: str = "ROOT") -> list[TreebankSentence]:
+    """Parse Penn bracket text holding any number of trees (see the module docstring)."""
+    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def line_of(offset: int) -> int:
+        return bisect.bisect_right(line_starts, offset)
+
+    out: list[TreebankSentence] = []
+    stack: list[tuple[str, list, int]] = []  # (label, children, offset of "(")
+    tokens = list(_tokenize(text))
+    pos = 0
+    while pos < len(tokens):
+        tok, off = tokens[pos]
+        if tok == "(":
+            label = ""
+            if pos + 1 < len(tokens) and tokens[pos + 1][0] not in "()":
+                label = tokens[pos + 1][0]
+                pos += 1
+            stack.append((label, [], off))
+        elif tok == ")":
+            if not stack:
+                raise TreebankFormatError(source, line_of(off), "unbalanced ')'")
+            node = stack.pop()
+            if not node[1]:
+                raise TreebankFormatError(source, line_of(node[2]), f"empty bracket {node[0]!r}")
+            if stack:
+                stack[-1][1].append(node)
+            else:
+                sentence = _penn_sentence(node, f"{id_prefix}{len(out) + 1}", root_label)
+                if sentence is None:
+                    raise TreebankFormatError(source, line_of(node[2]), "tree without words")
+                out.append(sentence)
+        else:
+            if not stack:
+                raise TreebankFormatError(source, line_of(off), f"text {tok!r} outside a tree")
+            if stack[-1][1]:
+                raise TreebankFormatError(source, line_of(off), f"unexpected token {tok!r}: a "
+                                          f"bracket holds either one word or subtrees")
+            stack[-1][1].append(tok)
+        pos += 1
+    if stack:
+        raise TreebankFormatError(source, line_of(stack[0][2]), "tree not closed at end of input")
+    return out
+
+
+def _penn_sentence(node: tuple, sent_id: str, root_label: str) -> TreebankSentence | None:
+    words: list[str] = []
+
+    def convert(n: tuple) -> Tree | None:
+        label, children, _ = n
+        if len(children) == 1 and isinstance(children[0], str):  # preterminal
+            if label == "-NONE-":
+                return None
+            words.append(children[0])
+            return Tree(label, [len(words) - 1])
+        kids = [t for t in (convert(c) for c in children) if t is not None]
+        return Tree(strip_function_tags(label), kids) if kids else None
+
+    tree = convert(node)
+    if tree is None:
+        return None
+    if not tree.label:
+        tree.label = root_label
+    return TreebankSentence(sent_id, words, tree)

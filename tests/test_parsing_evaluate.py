@@ -1,0 +1,201 @@
+"""Discontinuous bracket evaluation on hand-made examples with known scores."""
+
+import random
+
+import pytest
+
+from neurocrf.parsing.evaluate import (DEFAULT_PARAMS_FILE, EvalParams, bracketings, evaluate,
+                                       format_report, load_params, main)
+from neurocrf.parsing.punctuation import PUNCT_TAGS
+from neurocrf.parsing.tree import Tree, TreebankSentence, random_tree
+
+WORDS = ["a", "b", "c", ",", "d", "."]
+# VP = {0, 2, 4}: discontinuous because of NP(1) (the comma at 3 is deleted before scoring)
+GOLD = "(ROOT (S (VP (V 0) (ADVP (ADV 2)) (N 4)) (NP (N 1))) ($, 3) ($. 5))"
+# same brackets once punctuation is deleted and PRT == ADVP; comma placed elsewhere
+PRED_SAME = "(ROOT (S (VP (V 0) (PRT (ADV 2)) (N 4) ($, 3)) (NP (N 1))) ($. 5))"
+# only S matches: VP {0,1}, NP {2,3} (renumbered)
+PRED_WRONG = "(ROOT (S (VP (V 0) (N 1)) (NP (ADV 2) (N 4))) ($, 3) ($. 5))"
+
+
+def sent(tree: str, words=WORDS, sid="1") -> TreebankSentence:
+    return TreebankSentence(sid, list(words), Tree.parse(tree))
+
+
+def test_default_params_file():
+    p = load_params()
+    assert p.delete_label == {"TOP", "ROOT", "VROOT", "NOPARSE"}
+    assert p.delete_pos == set(PUNCT_TAGS)  # what punctuation.py moves is what evaluation ignores
+    assert p.eq_label == {"ADVP": "ADVP", "PRT": "ADVP"}
+    assert p.labeled and p.cutoff_len == 0 and not p.delete_word
+    assert DEFAULT_PARAMS_FILE.name == "proper.prm"
+
+
+def test_bracketings_delete_root_punctuation_and_renumber():
+    params = load_params()
+    keep = {0: 0, 1: 1, 2: 2, 4: 3}
+    b = bracketings(Tree.parse(GOLD), keep, params)
+    assert b == {("S", frozenset({0, 1, 2, 3})): 1, ("VP", frozenset({0, 2, 3})): 1,
+                 ("ADVP", frozenset({2})): 1, ("NP", frozenset({1})): 1}
+
+
+def test_perfect_prediction_with_label_equivalence_and_moved_punctuation():
+    r = evaluate([sent(GOLD)], [sent(PRED_SAME)])
+    assert (r["gold_brackets"], r["pred_brackets"], r["matched_brackets"]) == (4, 4, 4)
+    assert r["f1"] == 1.0 and r["exact_match"] == 1.0
+    assert (r["gold_dis_brackets"], r["matched_dis_brackets"], r["dis_f1"]) == (1, 1, 1.0)
+    assert (r["pos_correct"], r["pos_total"]) == (4, 4)  # punctuation not counted
+
+
+def test_without_label_equivalence_prt_is_an_error():
+    params = load_params()
+    params.eq_label = {}
+    r = evaluate([sent(GOLD)], [sent(PRED_SAME)], params)
+    assert r["matched_brackets"] == 3 and r["exact_match"] == 0.0
+    assert r["per_label"]["PRT"] == {"gold": 0, "pred": 1, "matched": 0, "precision": 0.0,
+                                     "recall": 0.0, "f1": 0.0}
+
+
+def test_known_scores_over_a_corpus():
+    gold = [sent(GOLD, sid="1"), sent(GOLD, sid="2")]
+    pred = [sent(PRED_SAME, sid="1"), sent(PRED_WRONG, sid="2")]
+    r = evaluate(gold, pred)
+    assert (r["gold_brackets"], r["pred_brackets"], r["matched_brackets"]) == (8, 7, 5)
+    assert r["precision"] == pytest.approx(5 / 7) and r["recall"] == pytest.approx(5 / 8)
+    assert r["f1"] == pytest.approx(2 * 5 / (7 + 8))
+    assert (r["gold_dis_brackets"], r["pred_dis_brackets"], r["matched_dis_brackets"]) == (2, 1, 1)
+    assert (r["dis_precision"], r["dis_recall"]) == (1.0, 0.5)
+    assert r["dis_f1"] == pytest.approx(2 / 3)
+    assert r["exact_match"] == 0.5 and r["exact_matches"] == 1 and r["sentences"] == 2
+    single = evaluate([gold[1]], [pred[1]])
+    assert single["f1"] == pytest.approx(2 / 7) and single["dis_f1"] == 0.0
+
+
+def test_gap_made_only_by_punctuation_is_not_discontinuous():
+    words = ["a", ",", "b", "c"]
+    gold = sent("(ROOT (S (VP (V 0) (V 2)) (NP (N 3))) ($, 1))", words)
+    pred = sent("(ROOT (S (VP (V 0) ($, 1) (V 2)) (NP (N 3))))", words)
+    r = evaluate([gold], [pred])
+    assert r["gold_dis_brackets"] == 0 and r["f1"] == 1.0
+    # with no deletion gold S {0, 2, 3} and VP {0, 2} are discontinuous, the predicted ones not
+    r = evaluate([gold], [pred], EvalParams(delete_label={"ROOT"}))
+    assert r["gold_dis_brackets"] == 2 and r["pred_dis_brackets"] == 0
+    assert r["matched_brackets"] == 1 and r["gold_brackets"] == 3  # only NP {3}
+
+
+def test_punctuation_is_deleted_by_gold_pos_and_word():
+    words = ["a", "-", "b"]
+    gold = sent("(ROOT (S (N 0) (X (SYM 1)) (N 2)))", words)
+    pred = sent("(ROOT (S (N 0) (SYM 1) (N 2)))", words)
+    assert evaluate([gold], [pred])["matched_brackets"] == 1  # X {1} is not predicted
+    r = evaluate([gold], [pred], EvalParams(delete_label={"ROOT"}, delete_word={"-"}))
+    assert (r["gold_brackets"], r["matched_brackets"], r["pos_total"]) == (1, 1, 2)  # X gone
+
+
+def test_noparse_fallback_counts_nothing_but_pos():
+    pred = sent("(NOPARSE (V 0) (N 1) (ADV 2) ($, 3) (N 4) ($. 5))")
+    r = evaluate([sent(GOLD)], [pred])
+    assert (r["pred_brackets"], r["matched_brackets"], r["gold_brackets"]) == (0, 0, 4)
+    assert r["precision"] == 0.0 and r["recall"] == 0.0 and r["f1"] == 0.0
+    assert r["pos_accuracy"] == 1.0
+
+
+def test_root_not_in_delete_label_is_counted_and_multisets():
+    words = ["a", "b"]
+    gold = sent("(S (NP (NP (N 0) (N 1))))", words)
+    pred = sent("(S (NP (N 0) (N 1)))", words)
+    r = evaluate([gold], [pred])
+    # gold: S, NP, NP (same span twice); pred: S, NP
+    assert (r["gold_brackets"], r["pred_brackets"], r["matched_brackets"]) == (3, 2, 2)
+    assert r["exact_match"] == 0.0 and r["precision"] == 1.0
+
+
+def test_unlabeled_and_cutoff(tmp_path):
+    prm = tmp_path / "u.prm"
+    prm.write_text("LABELED 0  # unlabeled\nDELETE_LABEL ROOT\nCUTOFF_LEN 3\n", encoding="utf-8")
+    p = load_params(prm)
+    assert not p.labeled and p.cutoff_len == 3
+    short = sent("(ROOT (S (A 0) (B 1)))", ["a", "b"], sid="s")
+    short_pred = sent("(ROOT (X (A 0) (B 1)))", ["a", "b"], sid="s")
+    r = evaluate([sent(GOLD), short], [sent(PRED_WRONG), short_pred], prm)
+    assert r["sentences"] == 1 and r["f1"] == 1.0  # GOLD has 6 words > 3: skipped
+
+
+def test_pos_accuracy_and_wrong_tags():
+    words = ["a", "b", "c"]
+    r = evaluate([sent("(ROOT (S (A 0) (B 1) (C 2)))", words)],
+                 [sent("(ROOT (S (A 0) (C 1) (B 2)))", words)])
+    assert r["pos_accuracy"] == pytest.approx(1 / 3) and r["f1"] == 1.0
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ("FOO 1\n", 1, "unknown parameter 'FOO'"),
+    ("# c\nLABELED\n", 2, "needs a value"),
+    ("LABELED 1\nLABELED 0\n", 2, "given twice"),
+    ("CUTOFF_LEN x\n", 1, "non-negative integer"),
+])
+def test_bad_parameter_files(tmp_path, text, line, message):
+    prm = tmp_path / "bad.prm"
+    prm.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=message) as err:
+        load_params(prm)
+    assert str(err.value).startswith(f"{prm}:{line}:")
+
+
+def test_mismatched_inputs_are_rejected():
+    with pytest.raises(ValueError, match="1 gold sentences but 0"):
+        evaluate([sent(GOLD)], [])
+    with pytest.raises(ValueError, match="ids differ"):
+        evaluate([sent(GOLD, sid="1")], [sent(GOLD, sid="2")])
+    assert evaluate([sent(GOLD, sid="1")], [sent(GOLD, sid="2")], check_ids=False)["f1"] == 1.0
+    with pytest.raises(ValueError, match="gold has 6 words, prediction 5"):
+        evaluate([sent(GOLD)], [sent("(ROOT (A 0) (A 1) (A 2) (A 3) (A 4))", WORDS[:5])])
+    with pytest.raises(ValueError, match="not distinct"):
+        evaluate([sent(GOLD)], [sent("(ROOT (S (A 0) (A 0)) (B 1) (B 2) (B 3) (B 4) (B 5))")])
+
+
+def test_random_trees_score_perfectly_against_themselves_and_symmetrically():
+    rng = random.Random(2)
+    gold, pred = [], []
+    for k in range(100):
+        n = rng.randint(1, 12)
+        words = [f"w{i}" for i in range(n)]
+        gold.append(TreebankSentence(str(k), words, random_tree(rng, n)))
+        pred.append(TreebankSentence(str(k), words, random_tree(rng, n)))
+    same = evaluate(gold, gold)
+    assert same["f1"] == same["dis_f1"] == same["exact_match"] == same["pos_accuracy"] == 1.0
+    assert same["gold_dis_brackets"] > 20
+    ab, ba = evaluate(gold, pred), evaluate(pred, gold)
+    assert ab["matched_brackets"] == ba["matched_brackets"]
+    assert ab["precision"] == pytest.approx(ba["recall"]) and ab["f1"] == pytest.approx(ba["f1"])
+    assert 0 < ab["f1"] < 1
+
+
+def test_report_and_command_line(tmp_path, capsys):
+    r = evaluate([sent(GOLD)], [sent(PRED_SAME)])
+    text = format_report(r)
+    assert "labeled F1          100.00" in text and "Dis-F1" in text and "ADVP" in text
+    gold_path, pred_path = tmp_path / "g.discbracket", tmp_path / "p.discbracket"
+    gold_path.write_text(Tree.parse(GOLD).discbracket(WORDS) + "\n", encoding="utf-8")
+    pred_path.write_text(Tree.parse(PRED_WRONG).discbracket(WORDS) + "\n", encoding="utf-8")
+    assert main([str(gold_path), str(pred_path)]) == 0
+    out = capsys.readouterr().out
+    assert "labeled precision    33.33" in out and "labeled recall       25.00" in out
+
+
+@pytest.mark.slow
+def test_alpino_against_itself_and_against_flat_fallback():
+    from neurocrf.parsing.punctuation import move_punctuation_sentence
+    from neurocrf.parsing.treebank import data_root, read_treebank
+
+    folder = data_root() / "alpino" / "cdb"
+    if not folder.is_dir():
+        pytest.skip(f"no Alpino treebank at {folder} (set NEUROCRF_DATA)")
+    gold = [move_punctuation_sentence(s) for s in read_treebank(folder)]
+    r = evaluate(gold, gold)
+    assert r["f1"] == r["dis_f1"] == r["exact_match"] == r["pos_accuracy"] == 1.0
+    assert 0.07 < r["gold_dis_brackets"] / r["gold_brackets"] < 0.1
+    flat = [TreebankSentence(s.id, s.words, Tree("NOPARSE", [Tree(t, [i]) for i, t in s.tree.pos()]))
+            for s in gold]
+    r = evaluate(gold, flat)
+    assert r["pred_brackets"] == 0 and r["f1"] == 0.0 and r["pos_accuracy"] == 1.0
