@@ -93,7 +93,8 @@ class Chain:
     # --- log semiring ---------------------------------------------------------------------------
     def log_partition(self) -> Tensor:
         """``[batch]`` log partition function (differentiable, hand-written backward)."""
-        return _LogPartition.apply(self.start, self.transitions, self.emissions)
+        log_z = _LogPartition.apply(self.start, self.transitions, self.emissions)
+        return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))  # exactly 0 for empty rows
 
     def marginals(self) -> Tensor:
         """``[batch, seq_len, |S|]`` posteriors of the original flat states (0 past each length)."""
@@ -101,9 +102,10 @@ class Chain:
         if scan is not None and scan.backward_ok():
             marg = scan.node_marginals()
         else:
-            alphas = _forward_scores(self.start, self.transitions, self.emissions)
+            start, moves, emissions = (x.to(torch.float64) for x in (self.start, self.transitions, self.emissions))
+            alphas = _forward_scores(start, moves, emissions)
             log_z = _log_partition_from(alphas)
-            betas = _backward_scores(self.transitions, self.emissions)
+            betas = _backward_scores(moves, emissions)
             marg = _node_marginals(alphas, betas, log_z)
         marg = marg[: self.seq_len].to(self.emissions.dtype)  # [T, B, *S']
         inner = (slice(None), slice(None)) + (slice(0, self.size),) * self.order
@@ -190,7 +192,8 @@ class Chain:
             steps = _log_matmul(steps[0::2], steps[1::2])
         alpha = self.start + self.emissions[0]
         alpha = LogSemiring.plus(alpha.unsqueeze(-1) + steps[0], dim=1)
-        return LogSemiring.plus(alpha, dim=1)
+        log_z = LogSemiring.plus(alpha, dim=1)
+        return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))
 
 
 def _forward_scores(start: Tensor, transitions: Tensor, emissions: Tensor) -> Tensor:
@@ -251,7 +254,9 @@ def _edge_marginal_sum(transitions: Tensor, emissions: Tensor, alphas: Tensor, b
 class _LogPartition(torch.autograd.Function):
     """log Z with a hand-written forward-backward gradient: d log Z / d potentials = marginals.
 
-    Runs the rescaled exp-space scan when :class:`_ExpScan` can certify it exact, else the log-space scan.
+    Runs the rescaled exp-space scan when :class:`_ExpScan` can certify it exact, else the log-space
+    scan. Both compute in float64: the log-space scan is taken exactly when scores are large, where
+    float32 would lose the marginals' precision.
     """
 
     @staticmethod
@@ -262,10 +267,11 @@ class _LogPartition(torch.autograd.Function):
         if scan is not None:
             ctx.save_for_backward(start, transitions, emissions)
             return scan.log_z.to(emissions.dtype)
+        start, transitions, emissions = (x.to(torch.float64) for x in (start, transitions, emissions))
         alphas = _forward_scores(start, transitions, emissions)
         log_z = _log_partition_from(alphas)
         ctx.save_for_backward(transitions, emissions, alphas, log_z)
-        return log_z
+        return log_z.to(ctx.input_dtype)
 
     @staticmethod
     def backward(ctx, grad_log_z):  # type: ignore[override]
@@ -275,18 +281,21 @@ class _LogPartition(torch.autograd.Function):
             if scan.backward_ok():
                 grads = scan.gradients(grad_log_z.to(torch.float64), ctx.needs_input_grad[1])
                 return tuple(None if g is None else g.to(ctx.input_dtype) for g in grads)
+            start, transitions, emissions = (x.to(torch.float64) for x in (start, transitions, emissions))
             alphas = _forward_scores(start, transitions, emissions)
             log_z = _log_partition_from(alphas)
         else:
             transitions, emissions, alphas, log_z = ctx.saved_tensors
         nd = emissions.dim() - 2
+        grad_log_z = grad_log_z.to(torch.float64)
         betas = _backward_scores(transitions, emissions)
         weighted = _node_marginals(alphas, betas, log_z) * grad_log_z.view(1, -1, *([1] * nd))
         grad_start = weighted[0].sum(0)
         grad_transitions = None
         if ctx.needs_input_grad[1]:
             grad_transitions = _edge_marginal_sum(transitions, emissions, alphas, betas, log_z, grad_log_z)
-        return grad_start, grad_transitions, weighted
+        grads = (grad_start, grad_transitions, weighted)
+        return tuple(None if g is None else g.to(ctx.input_dtype) for g in grads)
 
 
 _STEP_SPREAD_LIMIT = 100.0  # nats one scan step may move a state relative to the best one

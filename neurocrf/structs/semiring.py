@@ -24,8 +24,14 @@ class LogSemiring:
 
     @staticmethod
     def plus(scores: Tensor, dim: int) -> Tensor:
-        """Reduce ``dim`` with logsumexp. All ``-inf`` inputs give ``-inf`` (never NaN)."""
-        return torch.logsumexp(scores, dim=dim)
+        """Reduce ``dim`` with logsumexp. All ``-inf`` inputs give ``-inf`` with a zero gradient
+        (``torch.logsumexp`` gives a NaN gradient there)."""
+        peak = scores.amax(dim=dim, keepdim=True).detach()
+        peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+        total = torch.exp(scores - peak).sum(dim=dim)
+        tiny = torch.finfo(total.dtype).tiny
+        log_total = torch.where(total > 0, torch.log(total.clamp(min=tiny)), torch.full_like(total, float("-inf")))
+        return log_total + peak.squeeze(dim)
 
 
 class MaxSemiring:
