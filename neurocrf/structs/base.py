@@ -113,15 +113,21 @@ class ChainCRF(nn.Module):
         return torch.float64 if emissions.dtype == torch.float64 else torch.float32
 
     @staticmethod
-    def _compaction(mask: Tensor) -> tuple[Tensor, Tensor, int]:
-        """Order that moves each row's True positions to the front, the lengths, and the longest length."""
+    def _compaction(mask: Tensor) -> tuple[Tensor | None, Tensor, int]:
+        """Order that moves each row's True positions to the front (None when they already are),
+        the lengths, and the longest length."""
         lengths = mask.sum(1)
-        order = torch.argsort((~mask).to(torch.uint8), dim=1, stable=True)
         width = int(lengths.max()) if lengths.numel() else 0
+        prefix = torch.arange(mask.shape[1], device=mask.device) < lengths.unsqueeze(1)
+        if bool(torch.equal(prefix, mask)):
+            return None, lengths, width
+        order = torch.argsort((~mask).to(torch.uint8), dim=1, stable=True)
         return order, lengths, width
 
     @staticmethod
-    def _gather_positions(x: Tensor, order: Tensor, width: int) -> Tensor:
+    def _gather_positions(x: Tensor, order: Tensor | None, width: int) -> Tensor:
+        if order is None:
+            return x[:, :width]
         index = order[:, :width]
         if x.dim() == 2:
             return x.gather(1, index)
@@ -130,7 +136,11 @@ class ChainCRF(nn.Module):
     @staticmethod
     def _scatter_positions(compact: Tensor, order: Tensor, width: int, fill: float, seq_len: int) -> Tensor:
         """Inverse of ``_gather_positions`` along dim ``-1`` (for ``[B, T]``) or dim 1 (for ``[B, T, L]``)."""
-        batch = order.shape[0]
+        batch = compact.shape[0]
+        if order is None:
+            out = compact.new_full((batch, seq_len, *compact.shape[2:]), fill)
+            out[:, :width] = compact
+            return out
         index = order[:, :width]
         if compact.dim() == 2:
             out = compact.new_full((batch, seq_len), fill)
@@ -255,7 +265,7 @@ class ChainCRF(nn.Module):
             log_z = self._log_partition_compact(potentials, state_emissions, lengths)
         batch = emissions.shape[0]
         tags = self._state_to_tag(states).reshape(batch * k, width)
-        order_k = order.repeat_interleave(k, dim=0)
+        order_k = None if order is None else order.repeat_interleave(k, dim=0)
         tags = self._scatter_positions(tags, order_k, width, -1, emissions.shape[1])
         return tags.view(batch, k, -1), scores - log_z.unsqueeze(1)
 

@@ -21,6 +21,7 @@ pass keeps the forward scores only, never a graph of ``[B, T, |S|, C]`` intermed
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -31,6 +32,56 @@ from neurocrf.structs.semiring import KMaxSemiring, LogSemiring
 NEG_INF = float("-inf")
 # Edge-marginal blocks above this many elements are computed in time chunks.
 _EDGE_CHUNK_ELEMENTS = 1 << 24
+
+
+def _augment(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
+             ) -> tuple[Tensor, Tensor, Tensor]:
+    """Potentials with an absorbing END value on every component; emissions come out time-major
+    ``[T + 1, B, *S']``."""
+    batch, seq_len = emissions.shape[:2]
+    order, size = start.dim(), transitions.shape[-1]
+    end_index = size
+    inner = (slice(0, size),) * order
+    full = (size + 1,) * order
+
+    aug_start = start.new_full(full, NEG_INF)
+    aug_start[inner] = start
+    aug_start[(end_index,) * order] = 0.0
+
+    aug_moves = transitions.new_full(full + (size + 1,), NEG_INF)
+    aug_moves[inner + (slice(0, size),)] = transitions
+    aug_moves[inner + (end_index,)] = end
+    aug_moves[(slice(None),) * (order - 1) + (end_index, end_index)] = 0.0  # ended rows stay ended
+
+    active = _active(lengths, seq_len).t()  # [T, B]
+    aug_emissions = emissions.new_full((seq_len + 1, batch) + full, NEG_INF)
+    aug_emissions[(slice(0, seq_len), slice(None)) + inner] = torch.where(
+        active.view(seq_len, batch, *([1] * order)), emissions.transpose(0, 1), emissions.new_full((), NEG_INF))
+    ended = torch.cat([~active, active.new_ones(1, batch)], dim=0)
+    aug_emissions[(slice(None), slice(None)) + (slice(None),) * (order - 1) + (end_index,)] = torch.where(
+        ended.view(seq_len + 1, batch, *([1] * (order - 1))), emissions.new_zeros(()), emissions.new_full((), NEG_INF))
+    return aug_start, aug_moves, aug_emissions
+
+
+def _original_gradients(size: int, order: int, grad_start: Tensor, grad_moves: Tensor | None, grad_emissions: Tensor
+                        ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
+    """Gradients of the augmented potentials -> gradients of start, transitions, end, emissions."""
+    inner = (slice(0, size),) * order
+    moves = end = None
+    if grad_moves is not None:
+        moves = grad_moves[inner + (slice(0, size),)]
+        end = grad_moves[inner + (size,)]
+    emissions = grad_emissions[(slice(0, grad_emissions.shape[0] - 1), slice(None)) + inner].transpose(0, 1)
+    return grad_start[inner], moves, end, emissions
+
+
+@functools.lru_cache(maxsize=64)
+def _state_map(size: int, order: int, device: torch.device) -> Tensor:
+    """Augmented flat state -> original flat state, or -1 for states with an END component."""
+    grid = torch.stack(torch.meshgrid(*[torch.arange(size + 1)] * order, indexing="ij"), -1).reshape(-1, order)
+    weights = torch.tensor([size ** (order - 1 - i) for i in range(order)])
+    original = (grid * weights).sum(-1)
+    return torch.where((grid < size).all(-1), original, -1).to(device)
 
 
 def _active(lengths: Tensor, seq_len: int) -> Tensor:
@@ -58,47 +109,37 @@ class Chain:
                              f"{(size,) * order} of transitions {tuple(transitions.shape)}")
         self.batch, self.seq_len, self.order, self.size = batch, seq_len, order, size
         self.original_states = size ** order
-        END = size
-        inner = (slice(0, size),) * order
-        full = (size + 1,) * order
-
-        aug_start = start.new_full(full, NEG_INF)
-        aug_start[inner] = start
-        aug_start[(END,) * order] = 0.0
-
-        aug_moves = transitions.new_full(full + (size + 1,), NEG_INF)
-        aug_moves[inner + (slice(0, size),)] = transitions
-        aug_moves[inner + (END,)] = end
-        aug_moves[(slice(None),) * (order - 1) + (END, END)] = 0.0  # ended rows stay ended
-
-        active = _active(lengths, seq_len)
-        aug_emissions = emissions.new_full((batch, seq_len + 1) + full, NEG_INF)
-        neg_inf = emissions.new_full((), NEG_INF)
-        aug_emissions[(slice(None), slice(0, seq_len)) + inner] = torch.where(
-            active.view(batch, seq_len, *([1] * order)), emissions, neg_inf)
-        ended = torch.cat([~active, active.new_ones(batch, 1)], dim=1)
-        aug_emissions[(slice(None), slice(None)) + (slice(None),) * (order - 1) + (END,)] = torch.where(
-            ended.view(batch, seq_len + 1, *([1] * (order - 1))), emissions.new_zeros(()), neg_inf)
-
-        self.start = aug_start
-        self.transitions = aug_moves
-        self.emissions = aug_emissions.transpose(0, 1).contiguous()  # [T + 1, B, *S'] time-major
+        with torch.no_grad():  # log_partition differentiates through its own Function
+            self.start, self.transitions, self.emissions = _augment(start, transitions, end, emissions, lengths)
         self.lengths = lengths
-        # augmented flat state -> original flat state, or -1 for states with an END component
-        grid = torch.stack(torch.meshgrid(*[torch.arange(size + 1)] * order, indexing="ij"), -1).reshape(-1, order)
-        weights = torch.tensor([size ** (order - 1 - i) for i in range(order)])
-        original = (grid * weights).sum(-1)
-        self.to_original = torch.where((grid < size).all(-1), original, -1).to(lengths.device)
+        self.to_original = _state_map(size, order, lengths.device)
+        self._originals = (start, transitions, end, emissions)
+        self._spread: float | None = None
+
+    def step_spread(self) -> float:
+        """Upper bound (nats) on how far one scan step can move any state relative to the best one.
+
+        Infinite when emissions hold ``-inf`` (partial labels): then the log-space scan runs."""
+        if self._spread is None:
+            start, moves, end, emissions = self._originals
+            with torch.no_grad():
+                emission_spread = (emissions.amax(-1) - emissions.amin(-1)).amax() if emissions.numel() else 0.0
+                scores = torch.cat([start.reshape(-1), moves.reshape(-1), end.reshape(-1), moves.new_zeros(1)])
+                finite = torch.where(torch.isfinite(scores), scores, torch.zeros_like(scores))
+                bound = 2 * emission_spread + finite.amax() - finite.amin() + math.log(self.original_states + 1)
+                self._spread = float(bound)
+        return self._spread
 
     # --- log semiring ---------------------------------------------------------------------------
     def log_partition(self) -> Tensor:
         """``[batch]`` log partition function (differentiable, hand-written backward)."""
-        log_z = _LogPartition.apply(self.start, self.transitions, self.emissions)
+        start, moves, end, emissions = self._originals
+        log_z = _LogPartition.apply(start, moves, end, emissions, self.lengths, self.step_spread())
         return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))  # exactly 0 for empty rows
 
     def marginals(self) -> Tensor:
         """``[batch, seq_len, |S|]`` posteriors of the original flat states (0 past each length)."""
-        scan = _ExpScan.attempt(self.start, self.transitions, self.emissions)
+        scan = _ExpScan.attempt(self.start, self.transitions, self.emissions, self.step_spread())
         if scan is not None and scan.backward_ok():
             marg = scan.node_marginals()
         else:
@@ -123,6 +164,8 @@ class Chain:
 
     def viterbi(self) -> tuple[Tensor, Tensor]:
         """Best path: original flat states ``[batch, seq_len]`` (-1 past each length), scores ``[batch]``."""
+        if self.order == 1:
+            return self._viterbi_first_order()
         steps, batch = self.seq_len + 1, self.batch
         num_states = (self.size + 1) ** self.order
         pointers = torch.empty((steps, batch) + tuple(self.start.shape), dtype=torch.long,
@@ -139,6 +182,24 @@ class Chain:
             state = self._previous(pointers[t].gather(1, state.unsqueeze(1)).squeeze(1), state)
             path[:, t - 1] = state
         return self._map_states(path), best_score
+
+    def _viterbi_first_order(self) -> tuple[Tensor, Tensor]:
+        # moves[t, b, i, j] = W[i, j] + E[t, b, j]: one add and one max per step
+        moves = (self.transitions + self.emissions.unsqueeze(2)).unbind(0)
+        score = (self.start + self.emissions[0]).unsqueeze(1)  # [B, 1, S]
+        pointers = []
+        for t in range(1, len(moves)):
+            best, pointer = (score.transpose(1, 2) + moves[t]).max(dim=1, keepdim=True)
+            score = best
+            pointers.append(pointer.squeeze(1))
+        best_score, state = score.squeeze(1).max(dim=1, keepdim=True)
+        path = []
+        for pointer in reversed(pointers):
+            state = pointer.gather(1, state)
+            path.append(state)
+        if not path:
+            return self._map_states(state.new_zeros(self.batch, 0)), best_score.squeeze(1)
+        return self._map_states(torch.cat(path[::-1], dim=1)), best_score.squeeze(1)
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor]:
         """The k best paths: original flat states ``[batch, k, seq_len]`` and scores ``[batch, k]``.
@@ -182,7 +243,8 @@ class Chain:
         """
         if self.order != 1:
             raise ValueError("the parallel scan supports first-order state spaces only")
-        steps = self.transitions + self.emissions[1:].unsqueeze(2)  # [T, B, S', S']
+        start, moves, emissions = _augment(*self._originals, self.lengths)
+        steps = moves + emissions[1:].unsqueeze(2)  # [T, B, S', S']
         width = steps.shape[-1]
         identity = torch.full((width, width), NEG_INF, dtype=steps.dtype, device=steps.device)
         identity.fill_diagonal_(0.0)
@@ -190,7 +252,7 @@ class Chain:
             if steps.shape[0] % 2 == 1:
                 steps = torch.cat([steps, identity.expand(1, self.batch, width, width)], dim=0)
             steps = _log_matmul(steps[0::2], steps[1::2])
-        alpha = self.start + self.emissions[0]
+        alpha = start + emissions[0]
         alpha = LogSemiring.plus(alpha.unsqueeze(-1) + steps[0], dim=1)
         log_z = LogSemiring.plus(alpha, dim=1)
         return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))
@@ -260,13 +322,15 @@ class _LogPartition(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, start, transitions, emissions):  # type: ignore[override]
-        scan = _ExpScan.attempt(start, transitions, emissions)
-        ctx.scan = scan
+    def forward(ctx, start, transitions, end, emissions, lengths, step_spread):  # type: ignore[override]
         ctx.input_dtype = emissions.dtype
+        ctx.shape = (transitions.shape[-1], start.dim())
+        start, transitions, emissions = _augment(start, transitions, end, emissions, lengths)
+        scan = _ExpScan.attempt(start, transitions, emissions, step_spread)
+        ctx.scan = scan
         if scan is not None:
             ctx.save_for_backward(start, transitions, emissions)
-            return scan.log_z.to(emissions.dtype)
+            return scan.log_z.to(ctx.input_dtype)
         start, transitions, emissions = (x.to(torch.float64) for x in (start, transitions, emissions))
         alphas = _forward_scores(start, transitions, emissions)
         log_z = _log_partition_from(alphas)
@@ -276,140 +340,141 @@ class _LogPartition(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_log_z):  # type: ignore[override]
         scan = ctx.scan
+        need_moves = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+        grads = None
         if scan is not None:
             start, transitions, emissions = ctx.saved_tensors
             if scan.backward_ok():
-                grads = scan.gradients(grad_log_z.to(torch.float64), ctx.needs_input_grad[1])
-                return tuple(None if g is None else g.to(ctx.input_dtype) for g in grads)
-            start, transitions, emissions = (x.to(torch.float64) for x in (start, transitions, emissions))
-            alphas = _forward_scores(start, transitions, emissions)
-            log_z = _log_partition_from(alphas)
+                grads = scan.gradients(grad_log_z.to(torch.float64), need_moves)
+            else:
+                start, transitions, emissions = (x.to(torch.float64) for x in (start, transitions, emissions))
+                alphas = _forward_scores(start, transitions, emissions)
+                log_z = _log_partition_from(alphas)
         else:
             transitions, emissions, alphas, log_z = ctx.saved_tensors
-        nd = emissions.dim() - 2
-        grad_log_z = grad_log_z.to(torch.float64)
-        betas = _backward_scores(transitions, emissions)
-        weighted = _node_marginals(alphas, betas, log_z) * grad_log_z.view(1, -1, *([1] * nd))
-        grad_start = weighted[0].sum(0)
-        grad_transitions = None
-        if ctx.needs_input_grad[1]:
-            grad_transitions = _edge_marginal_sum(transitions, emissions, alphas, betas, log_z, grad_log_z)
-        grads = (grad_start, grad_transitions, weighted)
-        return tuple(None if g is None else g.to(ctx.input_dtype) for g in grads)
+        if grads is None:
+            nd = emissions.dim() - 2
+            grad_log_z = grad_log_z.to(torch.float64)
+            betas = _backward_scores(transitions, emissions)
+            weighted = _node_marginals(alphas, betas, log_z) * grad_log_z.view(1, -1, *([1] * nd))
+            grad_moves = None
+            if need_moves:
+                grad_moves = _edge_marginal_sum(transitions, emissions, alphas, betas, log_z, grad_log_z)
+            grads = (weighted[0].sum(0), grad_moves, weighted)
+        originals = _original_gradients(*ctx.shape, *grads)
+        return *(None if g is None else g.to(ctx.input_dtype) for g in originals), None, None
 
 
 _STEP_SPREAD_LIMIT = 100.0  # nats one scan step may move a state relative to the best one
 _DANGER = 1e-260  # about exp(-600): a rescaled value this small could be on its way to underflow
 
 
-def _finite_spread(x: Tensor, dims: tuple[int, ...]) -> Tensor:
-    """max - min over the finite entries of ``x`` along ``dims``."""
-    finite = torch.isfinite(x)
-    high = x.masked_fill(~finite, NEG_INF).amax(dims)
-    low = x.masked_fill(~finite, float("inf")).amin(dims)
-    return torch.where(high >= low, high - low, torch.zeros_like(high))
-
-
 class _ExpScan:
     """The forward-backward algorithm in float64 probability space with per-step rescaling.
 
-    Each step is a matrix product instead of a logsumexp over ``[B, |S|, C]``, several times
-    faster for CRF-sized problems. It is used only when it provably equals the log-space scan:
+    Each step is one batched matrix product (emissions folded into the transition matrices) and a
+    rescaling, instead of a logsumexp over ``[B, |S|, C]``: several times faster for CRF-sized
+    problems. It is used only when it provably equals the log-space scan:
 
-    1. one step can move no state by more than ``_STEP_SPREAD_LIMIT`` nats relative to the best
-       state (checked from the spreads of the finite emissions, transitions and start scores), and
-    2. no rescaled value ever falls in ``(0, _DANGER]``.
+    1. one step moves no state by more than ``_STEP_SPREAD_LIMIT`` nats relative to the best state
+       (``Chain.step_spread`` bounds it from the spreads of the emissions and scores), and
+    2. no rescaled value ever falls in ``(0, _DANGER]``, and none is NaN.
 
     Together they mean no finite log score ever underflowed: a value can only reach the float64
-    underflow threshold (about exp(-708)) by passing through the danger zone, since a step moves
-    it by at most 100 nats. Otherwise the caller falls back to the log-space scan.
+    underflow threshold (about exp(-708)) by passing through the danger zone, as a step moves it
+    by at most 100 nats. Otherwise the caller falls back to the log-space scan.
     """
 
     def __init__(self, start: Tensor, transitions: Tensor, emissions: Tensor) -> None:
         self.order = start.dim()
-        dims = tuple(range(2, emissions.dim()))
+        state_dims = tuple(range(2, emissions.dim()))
         em = emissions.to(torch.float64)
-        self.shape = em.shape
-        self.emission_max = em.amax(dims)  # [T + 1, B]; every (t, b) has a finite entry
-        self.exp_emissions = torch.exp(em - self.emission_max.view(*self.emission_max.shape, *([1] * len(dims))))
+        self.emission_max = em.amax(state_dims)  # [T + 1, B]; every (t, b) has a finite entry
+        self.exp_emissions = torch.exp(em - self.emission_max.view(*self.emission_max.shape, *([1] * self.order)))
         moves = transitions.to(torch.float64)
         self.move_max = moves.amax()
         self.exp_moves = torch.exp(moves - self.move_max)
         first = start.to(torch.float64) + em[0]
         first_max = first.reshape(first.shape[0], -1).amax(1)
-        state_dims = (1,) * self.order
-        prob = torch.exp(first - first_max.view(-1, *state_dims))
-        probs, scales = [prob], []
-        exp_rows = self.exp_emissions.unbind(0)
-        for t in range(1, em.shape[0]):
-            step = self._advance(prob).mul_(exp_rows[t])
-            scale = step.reshape(step.shape[0], -1).amax(1).clamp_(min=1e-300)
-            prob = step.div_(scale.view(-1, *state_dims))
-            probs.append(prob)
-            scales.append(scale)
-        probs = torch.stack(probs)
-        scales = torch.stack([torch.ones_like(first_max)] + scales)
+        prob = torch.exp(first - first_max.view(-1, *([1] * self.order)))
+        if self.order == 1:
+            probs, scales = self._scan_first_order(prob, forward=True)
+        else:
+            probs, scales = self._scan_pairs(prob)
         self.probs = probs
-        self.log_scale = torch.cumsum(torch.log(scales) + self.emission_max + self.move_max, 0)
-        self.log_scale = self.log_scale + (first_max - self.emission_max[0] - self.move_max)  # alpha_t = log P_t + this
+        increments = torch.log(scales) + self.emission_max[1:] + self.move_max
+        self.log_scale = torch.cat([first_max.unsqueeze(0), first_max + torch.cumsum(increments, 0)])
         self.log_z = torch.log(probs[-1].reshape(probs.shape[1], -1).sum(1)) + self.log_scale[-1]
         self._betas: tuple[Tensor, Tensor] | None = None
 
     @classmethod
-    def attempt(cls, start: Tensor, transitions: Tensor, emissions: Tensor) -> "_ExpScan | None":
-        dims = tuple(range(2, emissions.dim()))
-        num_states = math.prod(emissions.shape[2:])
-        step = (_finite_spread(emissions, dims).amax() + _finite_spread(transitions, tuple(range(transitions.dim())))
-                + math.log(max(num_states, 1)))
-        first = _finite_spread(start + emissions[0], tuple(range(1, emissions.dim() - 1))).amax()
-        if float(torch.maximum(step, first)) > _STEP_SPREAD_LIMIT:
+    def attempt(cls, start: Tensor, transitions: Tensor, emissions: Tensor, step_spread: float) -> "_ExpScan | None":
+        if not step_spread <= _STEP_SPREAD_LIMIT:  # also catches NaN
             return None
         scan = cls(start, transitions, emissions)
-        if bool(_in_danger(scan.probs)):
-            return None
-        return scan
+        return None if _in_danger(scan.probs) else scan
 
-    def _advance(self, probs: Tensor) -> Tensor:
-        """``sum_a P[b, a, *r] * expW[a, *r, c]`` -> ``[B, *r, c]``."""
-        if self.order == 1:
-            return probs @ self.exp_moves
-        return torch.einsum("bar,arc->brc", probs, self.exp_moves)
+    def _scan_first_order(self, prob: Tensor, forward: bool) -> tuple[Tensor, Tensor]:
+        """Rescaled forward (``P_t = P_{t-1} expW * expE_t``) or backward (``Q_t = (Q_{t+1} * expE_{t+1}) expW^T``)
+        products over ``[B, S]`` rows; returns the stacked rows and the per-step scales ``[T, B]``."""
+        rows = self.exp_emissions.unbind(0)
+        steps = len(rows)
+        moves = self.exp_moves if forward else self.exp_moves.t().contiguous()
+        probs, scales = [prob], []
+        for t in (range(1, steps) if forward else range(steps - 2, -1, -1)):
+            step = torch.mm(prob, moves).mul_(rows[t]) if forward else torch.mm(prob * rows[t + 1], moves)
+            scale = step.amax(1, keepdim=True)
+            prob = step.div_(scale)
+            probs.append(prob)
+            scales.append(scale)
+        if not forward:
+            probs.reverse()
+            scales.reverse()
+        if not scales:
+            return torch.stack(probs), prob.new_zeros(0, prob.shape[0])
+        return torch.stack(probs), torch.cat(scales, 1).t()
 
-    def _retreat(self, following: Tensor) -> Tensor:
-        """``sum_c expW[a, *r, c] * Y[b, *r, c]`` -> ``[B, a, *r]``."""
-        if self.order == 1:
-            return following @ self.exp_moves.t()
-        return torch.einsum("arc,brc->bar", self.exp_moves, following)
+    def _scan_pairs(self, prob: Tensor) -> tuple[Tensor, Tensor]:
+        """Forward scan over pair states ``[B, A, R]`` with ``sum_a P[b, a, r] expW[a, r, c]``."""
+        rows = self.exp_emissions.unbind(0)
+        probs, scales = [prob], []
+        for t in range(1, len(rows)):
+            step = torch.einsum("bar,arc->brc", prob, self.exp_moves) * rows[t]
+            scale = step.reshape(step.shape[0], -1).amax(1)
+            prob = step / scale.view(-1, 1, 1)
+            probs.append(prob)
+            scales.append(scale)
+        return torch.stack(probs), torch.stack(scales) if scales else prob.new_zeros(0, prob.shape[0])
+
+    def _backward_pairs(self) -> tuple[Tensor, Tensor]:
+        rows = self.exp_emissions.unbind(0)
+        prob = torch.ones_like(self.probs[-1])
+        probs, scales = [prob], []
+        for t in range(len(rows) - 2, -1, -1):
+            step = torch.einsum("arc,brc->bar", self.exp_moves, prob * rows[t + 1])
+            scale = step.reshape(step.shape[0], -1).amax(1)
+            prob = step / scale.view(-1, 1, 1)
+            probs.append(prob)
+            scales.append(scale)
+        return torch.stack(probs[::-1]), torch.stack(scales[::-1]) if scales else prob.new_zeros(0, prob.shape[0])
 
     def backward_ok(self) -> bool:
         """Run the backward scan; False if it cannot be certified exact."""
         if self._betas is None:
-            state_dims = (1,) * self.order
-            prob = torch.ones_like(self.probs[-1])
-            probs, scales = [prob], []
-            exp_rows = self.exp_emissions.unbind(0)
-            for t in range(self.probs.shape[0] - 2, -1, -1):
-                step = self._retreat(prob * exp_rows[t + 1])
-                scale = step.reshape(step.shape[0], -1).amax(1).clamp_(min=1e-300)
-                prob = step.div_(scale.view(-1, *state_dims))
-                probs.append(prob)
-                scales.append(scale)
-            probs = torch.stack(probs[::-1])
-            scales = torch.stack(scales[::-1] + [torch.ones_like(scales[0])]) if scales else torch.ones(
-                self.probs.shape[:2], dtype=torch.float64, device=self.probs.device)
-            increments = torch.log(scales[:-1]) + self.emission_max[1:] + self.move_max
-            log_scale = torch.zeros_like(scales)
+            if self.order == 1:
+                probs, scales = self._scan_first_order(torch.ones_like(self.probs[-1]), forward=False)
+            else:
+                probs, scales = self._backward_pairs()
+            increments = torch.log(scales) + self.emission_max[1:] + self.move_max
+            log_scale = torch.zeros_like(self.log_scale)
             log_scale[:-1] = torch.flip(torch.cumsum(torch.flip(increments, [0]), 0), [0])
-            self._betas = (probs, log_scale)
-        return not bool(_in_danger(self._betas[0]))
-
-    def _finite_log_z(self) -> tuple[Tensor, Tensor]:
-        return _finite_log_z(self.log_z)
+            self._betas = (probs.view_as(self.probs), log_scale)
+        return not _in_danger(self._betas[0])
 
     def node_marginals(self) -> Tensor:
         """``[T + 1, B, *S']`` node marginals (needs :meth:`backward_ok` first)."""
         beta_probs, beta_scale = self._betas
-        safe, finite = self._finite_log_z()
+        safe, finite = _finite_log_z(self.log_z)
         factor = torch.exp(self.log_scale + beta_scale - safe) * finite
         return self.probs * beta_probs * factor.view(*factor.shape, *([1] * self.order))
 
@@ -420,7 +485,7 @@ class _ExpScan:
         grad_moves = None
         if need_transitions:
             beta_probs, beta_scale = self._betas
-            safe, finite = self._finite_log_z()
+            safe, finite = _finite_log_z(self.log_z)
             # edge(t: i -> j) = P_{t-1}(i) expW(i, j) expE_t(j) Q_t(j) * exp(c_t)
             log_c = self.log_scale[:-1] + self.move_max + self.emission_max[1:] + beta_scale[1:] - safe
             weight = torch.exp(log_c) * torch.where(finite, grad_log_z, torch.zeros_like(grad_log_z))
@@ -434,9 +499,10 @@ class _ExpScan:
         return grad_start, grad_moves, marg
 
 
-def _in_danger(probs: Tensor) -> Tensor:
-    """True if some rescaled value lies in ``(0, _DANGER]``."""
-    return probs.masked_fill(probs == 0, 1.0).amin() <= _DANGER
+def _in_danger(probs: Tensor) -> bool:
+    """True if some rescaled value lies in ``(0, _DANGER]`` or is NaN."""
+    smallest = probs.masked_fill(probs == 0, 1.0).amin()
+    return not bool(smallest > _DANGER)
 
 
 def _log_matmul(a: Tensor, b: Tensor) -> Tensor:

@@ -1,0 +1,243 @@
+"""Benchmark neurocrf's CRF layers against pytorch-crf and torch-struct, in one process.
+
+Every contender runs once per round, in rotating order, for ``--repeats`` rounds; the table gives
+medians and the ratios between contenders measured in the same rounds. Memory is the number of
+bytes autograd saves for the backward pass of the NLL (on CUDA also the peak allocated memory).
+
+    python scripts/bench_crf.py --threads 1 --out docs/bench_crf_cpu.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from neurocrf.structs import LinearChainCRF, PrecursorInducedCRF, SecondOrderCRF
+
+CPU_SIZES = [(32, 40, 9), (32, 40, 17), (128, 40, 9), (8, 256, 9)]
+CUDA_SIZES = CPU_SIZES + [(256, 128, 17), (64, 1024, 9)]
+
+
+def iob2_tags(num_tags: int) -> list[str]:
+    types = (num_tags - 1) // 2
+    return ["O"] + [f"{prefix}-T{i}" for i in range(types) for prefix in "BI"]
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def saved_bytes(fn: Callable[[], torch.Tensor]) -> int:
+    """Bytes of tensors autograd keeps for the backward pass of ``fn()``."""
+    total = 0
+    seen: set[int] = set()
+
+    def pack(t: torch.Tensor):
+        nonlocal total
+        key = t.untyped_storage().data_ptr()
+        if key not in seen:
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = fn()
+    loss.backward()
+    return total
+
+
+def peak_cuda_bytes(fn: Callable[[], None], device: torch.device) -> int | None:
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated(device) - base
+
+
+def time_interleaved(contenders: dict[str, Callable[[], None]], repeats: int, device: torch.device,
+                     warmup: int = 3) -> dict[str, float]:
+    for fn in contenders.values():
+        for _ in range(warmup):
+            fn()
+    synchronize(device)
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for round_index in range(repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            synchronize(device)
+            start = time.perf_counter()
+            contenders[name]()
+            synchronize(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) * 1e3 for name, values in times.items()}
+
+
+def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.device, with_peers: bool):
+    torch.manual_seed(0)
+    emissions = torch.randn(batch, seq_len, num_tags, device=device, requires_grad=True)
+    tags = torch.randint(num_tags, (batch, seq_len), device=device)
+    lengths = torch.randint(seq_len // 2, seq_len + 1, (batch,), device=device)
+    lengths[0] = seq_len
+    mask = torch.arange(seq_len, device=device) < lengths[:, None]
+    ours = LinearChainCRF(num_tags).to(device)
+    layers = {
+        "neurocrf first-order": ours,
+        "neurocrf second-order": SecondOrderCRF(num_tags).to(device),
+        "neurocrf precursor": PrecursorInducedCRF(iob2_tags(num_tags), "IOB2", constrained=False).to(device),
+    }
+    nll: dict[str, Callable[[], torch.Tensor]] = {
+        name: (lambda layer=layer: layer(emissions, tags, mask)) for name, layer in layers.items()
+    }
+    viterbi: dict[str, Callable[[], object]] = {
+        name: (lambda layer=layer: layer.decode(emissions.detach(), mask)) for name, layer in layers.items()
+    }
+    if with_peers:
+        try:
+            import torchcrf
+
+            peer = torchcrf.CRF(num_tags, batch_first=True).to(device)
+            nll["pytorch-crf"] = lambda: -peer(emissions, tags, mask, reduction="mean")
+            viterbi["pytorch-crf"] = lambda: peer.decode(emissions.detach(), mask)
+        except ImportError:
+            print("pytorch-crf not installed: skipped")
+        try:
+            import warnings
+
+            import torch_struct
+
+            warnings.filterwarnings("ignore", module="torch_struct")
+
+            def struct_potentials(e: torch.Tensor) -> torch.Tensor:
+                edges = ours.transitions.t() + e[:, 1:, :, None]
+                first = (ours.start_transitions + e[:, 0])[:, None, :]
+                return torch.cat([edges[:, :1] + first.unsqueeze(1), edges[:, 1:]], dim=1)
+
+            def struct_nll() -> torch.Tensor:
+                dist = torch_struct.LinearChainCRF(struct_potentials(emissions), lengths=lengths)
+                return -dist.log_prob(dist.to_event(tags, num_tags, lengths=lengths)).mean()
+
+            def struct_viterbi():
+                with torch.no_grad():
+                    return torch_struct.LinearChainCRF(struct_potentials(emissions), lengths=lengths).argmax
+
+            nll["torch-struct"] = struct_nll
+            viterbi["torch-struct"] = struct_viterbi
+        except ImportError:
+            print("torch-struct not installed: skipped")
+    return emissions, nll, viterbi
+
+
+def run(sizes, device: torch.device, repeats: int, with_peers: bool) -> list[dict]:
+    rows = []
+    for batch, seq_len, num_tags in sizes:
+        emissions, nll, viterbi = build_contenders(batch, seq_len, num_tags, device, with_peers)
+        slow = batch * seq_len * num_tags * num_tags > 2_000_000 and device.type == "cpu"
+        reps = max(5, repeats // 4) if slow else repeats
+
+        def train_step(fn):
+            def step():
+                emissions.grad = None
+                fn().backward()
+            return step
+
+        nll_times = time_interleaved({n: train_step(f) for n, f in nll.items()}, reps, device)
+        vit_times = time_interleaved(dict(viterbi), reps, device)
+        memory = {}
+        for name, fn in nll.items():
+            gc.collect()
+            memory[name] = saved_bytes(fn)
+        peaks = {name: peak_cuda_bytes(train_step(fn), device) for name, fn in nll.items()}
+        rows.append(dict(size=(batch, seq_len, num_tags), nll=nll_times, viterbi=vit_times, memory=memory,
+                         peak=peaks, repeats=reps))
+        print(f"done {batch}x{seq_len}x{num_tags}", flush=True)
+    return rows
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None else f"{a / b:.2f}"
+
+
+def format_tables(rows: list[dict], header: str) -> str:
+    out = [header, ""]
+    out.append("### First order: neurocrf vs peers (median ms; ratio = neurocrf / peer, lower is better)")
+    out.append("")
+    out.append("| B x T x L | op | neurocrf | pytorch-crf | torch-struct | vs pytorch-crf | vs torch-struct |")
+    out.append("|---|---|---|---|---|---|---|")
+    for row in rows:
+        size = "x".join(map(str, row["size"]))
+        for op in ("nll", "viterbi"):
+            t = row[op]
+            ours = t["neurocrf first-order"]
+            pc, ts = t.get("pytorch-crf"), t.get("torch-struct")
+            label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
+            out.append(f"| {size} | {label} | {ours:.2f} | {pc and f'{pc:.2f}' or '-'} | "
+                       f"{ts and f'{ts:.2f}' or '-'} | {ratio(ours, pc)} | {ratio(ours, ts)} |")
+    out.append("")
+    out.append("### Second-order and precursor-induced vs neurocrf first order (ratio of median times)")
+    out.append("")
+    out.append("| B x T x L | op | first-order ms | second-order ms | precursor ms | second / first | precursor / first |")
+    out.append("|---|---|---|---|---|---|---|")
+    for row in rows:
+        size = "x".join(map(str, row["size"]))
+        for op in ("nll", "viterbi"):
+            t = row[op]
+            first, second, prec = t["neurocrf first-order"], t["neurocrf second-order"], t["neurocrf precursor"]
+            label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
+            out.append(f"| {size} | {label} | {first:.2f} | {second:.2f} | {prec:.2f} | {second / first:.2f} | "
+                       f"{prec / first:.2f} |")
+    out.append("")
+    out.append("### Memory of NLL forward+backward (MiB saved by autograd for backward; CUDA: peak allocated)")
+    out.append("")
+    names = list(rows[0]["memory"])
+    out.append("| B x T x L | " + " | ".join(names) + " |")
+    out.append("|---|" + "---|" * len(names))
+    for row in rows:
+        size = "x".join(map(str, row["size"]))
+        cells = []
+        for name in names:
+            saved = row["memory"].get(name)
+            peak = row["peak"].get(name)
+            cell = "-" if saved is None else f"{saved / 2**20:.2f}"
+            if peak is not None:
+                cell += f" (peak {peak / 2**20:.1f})"
+            cells.append(cell)
+        out.append(f"| {size} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--out", help="also write the markdown tables to this file")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    sizes = CUDA_SIZES if device.type == "cuda" else CPU_SIZES
+    machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
+               else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
+    header = (f"## CRF benchmark on {args.device} ({machine}); torch {torch.__version__}; "
+              f"{args.repeats} interleaved rounds, medians")
+    rows = run(sizes, device, args.repeats, not args.no_peers)
+    text = format_tables(rows, header)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+if __name__ == "__main__":
+    main()
