@@ -144,7 +144,7 @@ CASES = [
 def kernel(request, monkeypatch):
     """Run every check on both scan kernels: the certified exp-space one and the log-space one."""
     if request.param == "log":
-        monkeypatch.setattr(chain, "_STEP_SPREAD_LIMIT", -1.0)
+        monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)
     return request.param
 
 

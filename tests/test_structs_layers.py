@@ -25,7 +25,7 @@ def layers(tags=IOB2_TAGS):
 @pytest.fixture(params=["exp", "log"])
 def kernel(request, monkeypatch):
     if request.param == "log":
-        monkeypatch.setattr(chain, "_STEP_SPREAD_LIMIT", -1.0)
+        monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)
     return request.param
 
 
@@ -325,3 +325,36 @@ def test_compiled_loss_and_decode_do_not_recompile_per_length():
         if seq_len == 7:
             after_first = len(frames)
     assert len(frames) == after_first, "a new sequence length triggered a recompilation"
+
+
+@pytest.mark.parametrize("budget", [30.0, 80.0, 300.0, 1e9])
+def test_blocked_exp_scan_equals_log_scan_on_long_rows(monkeypatch, budget):
+    """Block sizes from 1 to 16 (set through the budget) against the log-space kernel."""
+    monkeypatch.setattr(chain, "_BLOCKED_DEVICES", {"cpu", "cuda"})
+    torch.manual_seed(11)
+    tags = IOB2_TAGS
+    for crf in layers(tags):
+        crf = crf.double()
+        emissions = torch.randn(5, 53, len(tags), dtype=torch.float64) * 2
+        mask = torch.rand(5, 53) < 0.9
+        mask[3, 20:] = False
+        gold = crf.decode(emissions, mask).clamp(min=0)
+        results = {}
+        for name, limit in (("exp", budget), ("log", -1.0)):
+            monkeypatch.setattr(chain, "_BLOCK_BUDGET", limit)
+            crf.zero_grad()
+            leaf = emissions.clone().requires_grad_(True)
+            crf(leaf, gold, mask, reduction="sum").backward()
+            results[name] = [crf.log_partition(emissions, mask), leaf.grad, crf.marginals(emissions, mask),
+                             *[p.grad.clone() for p in crf.parameters()]]
+        for a, b in zip(results["exp"], results["log"]):
+            torch.testing.assert_close(a, b)
+
+
+def test_exp_scan_block_size_follows_spread(monkeypatch):
+    monkeypatch.setattr(chain, "_BLOCKED_DEVICES", {"cpu", "cuda"})
+    chain_ = Chain(torch.zeros(4), torch.zeros(4, 4), torch.zeros(4), torch.randn(2, 40, 4), torch.tensor([40, 3]))
+    scan = chain._ExpScan(chain_.start, chain_.transitions, chain_.emissions, 20.0)
+    assert scan.block == 15
+    assert chain._ExpScan(chain_.start, chain_.transitions, chain_.emissions, 250.0).block == 1
+    assert chain._ExpScan.attempt(chain_.start, chain_.transitions, chain_.emissions, 301.0) is None

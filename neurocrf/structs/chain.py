@@ -109,12 +109,30 @@ class Chain:
                              f"{(size,) * order} of transitions {tuple(transitions.shape)}")
         self.batch, self.seq_len, self.order, self.size = batch, seq_len, order, size
         self.original_states = size ** order
-        with torch.no_grad():  # log_partition differentiates through its own Function
-            self.start, self.transitions, self.emissions = _augment(start, transitions, end, emissions, lengths)
         self.lengths = lengths
         self.to_original = _state_map(size, order, lengths.device)
         self._originals = (start, transitions, end, emissions)
         self._spread: float | None = None
+        self._augmented: tuple[Tensor, Tensor, Tensor] | None = None
+
+    def _augmented_potentials(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Detached augmented ``start``, ``transitions`` and time-major ``emissions`` (built once)."""
+        if self._augmented is None:
+            with torch.no_grad():  # log_partition differentiates through its own Function
+                self._augmented = _augment(*self._originals, self.lengths)
+        return self._augmented
+
+    @property
+    def start(self) -> Tensor:
+        return self._augmented_potentials()[0]
+
+    @property
+    def transitions(self) -> Tensor:
+        return self._augmented_potentials()[1]
+
+    @property
+    def emissions(self) -> Tensor:
+        return self._augmented_potentials()[2]
 
     def step_spread(self) -> float:
         """Upper bound (nats) on how far one scan step can move any state relative to the best one.
@@ -365,27 +383,34 @@ class _LogPartition(torch.autograd.Function):
         return *(None if g is None else g.to(ctx.input_dtype) for g in originals), None, None
 
 
-_STEP_SPREAD_LIMIT = 100.0  # nats one scan step may move a state relative to the best one
-_DANGER = 1e-260  # about exp(-600): a rescaled value this small could be on its way to underflow
+_BLOCK_BUDGET = 300.0  # nats that all positions of one block together may move a state
+# Devices where blocks of positions pay off: on CPU their O(K S^3) products cost more than the
+# per-position kernel launches they save.
+_BLOCKED_DEVICES = {"cuda"}
+_DANGER = math.exp(-400.0)  # a rescaled value this small could be on its way to underflow
 
 
 class _ExpScan:
-    """The forward-backward algorithm in float64 probability space with per-step rescaling.
+    """The forward-backward algorithm in float64 probability space with rescaling.
 
-    Each step is one batched matrix product (emissions folded into the transition matrices) and a
-    rescaling, instead of a logsumexp over ``[B, |S|, C]``: several times faster for CRF-sized
-    problems. It is used only when it provably equals the log-space scan:
+    Instead of a logsumexp over ``[B, |S|, C]`` per position, first-order chains multiply by
+    emission-weighted transition matrices: several times faster than the log-space scan for
+    CRF-sized problems. On CUDA, ``K`` positions go per sequential step: products inside blocks of
+    ``K`` positions are formed for all blocks at once, the scan runs over block ends, and every
+    position inside a block is then recovered in one batched product. Pair state spaces run one
+    position per step.
 
-    1. one step moves no state by more than ``_STEP_SPREAD_LIMIT`` nats relative to the best state
-       (``Chain.step_spread`` bounds it from the spreads of the emissions and scores), and
-    2. no rescaled value ever falls in ``(0, _DANGER]``, and none is NaN.
-
-    Together they mean no finite log score ever underflowed: a value can only reach the float64
-    underflow threshold (about exp(-708)) by passing through the danger zone, as a step moves it
-    by at most 100 nats. Otherwise the caller falls back to the log-space scan.
+    It is used only when it provably equals the log-space scan. Let ``delta`` bound how far one
+    position can move any state relative to the best one (``Chain.step_spread``, from the spreads
+    of emissions and scores). With ``K * delta <= _BLOCK_BUDGET`` (300 nats), no finite entry of a
+    block product is below ``exp(-300)`` of its largest entry; and if no rescaled value at any
+    position lies in ``(0, _DANGER = exp(-400)]`` (checked), no finite forward or backward score
+    was ever lost to underflow: reaching the float64 limit (about ``exp(-708)``) from above
+    ``exp(-400)`` takes more than 300 nats, more than one block can move. Otherwise the caller
+    falls back to the log-space scan.
     """
 
-    def __init__(self, start: Tensor, transitions: Tensor, emissions: Tensor) -> None:
+    def __init__(self, start: Tensor, transitions: Tensor, emissions: Tensor, step_spread: float) -> None:
         self.order = start.dim()
         state_dims = tuple(range(2, emissions.dim()))
         em = emissions.to(torch.float64)
@@ -397,26 +422,36 @@ class _ExpScan:
         first = start.to(torch.float64) + em[0]
         first_max = first.reshape(first.shape[0], -1).amax(1)
         prob = torch.exp(first - first_max.view(-1, *([1] * self.order)))
-        if self.order == 1:
-            probs, scales = self._scan_first_order(prob, forward=True)
+        # shift[t] = log-scale taken out of the matrices of position t (t >= 1)
+        self.shift = self.emission_max[1:] + self.move_max  # [T, B]
+        self.block = 1
+        if self.order == 1 and em.device.type in _BLOCKED_DEVICES:
+            self.block = max(1, min(16, int(_BLOCK_BUDGET // max(step_spread, 1e-6)), self.shift.shape[0]))
+        if self.block > 1:
+            self.step_matrices = self._blocked_matrices()
+            probs, norm_logs = self._forward_blocks(prob)
+        elif self.order == 1:
+            probs, norm_logs = self._scan_first_order(prob, forward=True)
         else:
-            probs, scales = self._scan_pairs(prob)
+            probs, norm_logs = self._scan_pairs(prob)
         self.probs = probs
-        increments = torch.log(scales) + self.emission_max[1:] + self.move_max
-        self.log_scale = torch.cat([first_max.unsqueeze(0), first_max + torch.cumsum(increments, 0)])
+        zero = first_max.new_zeros(1, first_max.shape[0])
+        self.log_scale = first_max + torch.cat([zero, torch.cumsum(self.shift, 0)]) + norm_logs
         self.log_z = torch.log(probs[-1].reshape(probs.shape[1], -1).sum(1)) + self.log_scale[-1]
         self._betas: tuple[Tensor, Tensor] | None = None
 
     @classmethod
     def attempt(cls, start: Tensor, transitions: Tensor, emissions: Tensor, step_spread: float) -> "_ExpScan | None":
-        if not step_spread <= _STEP_SPREAD_LIMIT:  # also catches NaN
+        if not step_spread <= _BLOCK_BUDGET:  # also catches NaN
             return None
-        scan = cls(start, transitions, emissions)
+        scan = cls(start, transitions, emissions, step_spread)
         return None if _in_danger(scan.probs) else scan
 
+    # --- first order, one position per step ---------------------------------------------------------
     def _scan_first_order(self, prob: Tensor, forward: bool) -> tuple[Tensor, Tensor]:
-        """Rescaled forward (``P_t = P_{t-1} expW * expE_t``) or backward (``Q_t = (Q_{t+1} * expE_{t+1}) expW^T``)
-        products over ``[B, S]`` rows; returns the stacked rows and the per-step scales ``[T, B]``."""
+        """Rescaled forward (``P_t = P_{t-1} expW * expE_t``) or backward
+        (``Q_t = (Q_{t+1} * expE_{t+1}) expW^T``) products over ``[B, S]`` rows; returns the rows
+        ``[T + 1, B, S]`` and their cumulative log normalisers ``[T + 1, B]``."""
         rows = self.exp_emissions.unbind(0)
         steps = len(rows)
         moves = self.exp_moves if forward else self.exp_moves.t().contiguous()
@@ -427,47 +462,118 @@ class _ExpScan:
             prob = step.div_(scale)
             probs.append(prob)
             scales.append(scale)
-        if not forward:
-            probs.reverse()
-            scales.reverse()
+        zero = prob.new_zeros(1, prob.shape[0])
         if not scales:
-            return torch.stack(probs), prob.new_zeros(0, prob.shape[0])
-        return torch.stack(probs), torch.cat(scales, 1).t()
+            return torch.stack(probs), zero
+        logs = torch.cumsum(torch.log(torch.cat(scales, 1).t()), 0)
+        if forward:
+            return torch.stack(probs), torch.cat([zero, logs])
+        return torch.stack(probs[::-1]), torch.cat([logs.flip(0), zero])
 
+    # --- first order, blocked (GPU: fewer, larger kernels) ----------------------------------------
+    def _blocked_matrices(self) -> Tensor:
+        """``[num_blocks, K, B, S, S]``: matrix ``t`` maps position ``t`` to ``t + 1``; identity padding."""
+        matrices = self.exp_moves * self.exp_emissions[1:].unsqueeze(2)  # [T, B, S, S]
+        steps, batch, size = matrices.shape[0], matrices.shape[1], matrices.shape[-1]
+        pad = -steps % self.block
+        if pad:
+            eye = torch.eye(size, dtype=matrices.dtype, device=matrices.device)
+            matrices = torch.cat([matrices, eye.expand(pad, batch, size, size)])
+        return matrices.view(-1, self.block, batch, size, size)
+
+    @staticmethod
+    def _normalized(x: Tensor, dims: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+        peak = x.amax(dims, keepdim=True)
+        return x / peak, torch.log(peak).reshape(peak.shape[: x.dim() - len(dims)])
+
+    def _running_products(self, reverse: bool) -> tuple[Tensor, Tensor]:
+        """Products of the first (or last) ``j + 1`` matrices of every block, rescaled to max 1,
+        and their log scales: ``[num_blocks, K, B, S, S]``, ``[num_blocks, K, B]``."""
+        matrices = self.step_matrices
+        products, logs = [matrices[:, -1 if reverse else 0]], [matrices.new_zeros(matrices.shape[:1] + matrices.shape[2:3])]
+        for j in range(1, self.block):
+            if reverse:
+                step = torch.matmul(matrices[:, self.block - 1 - j], products[-1])
+            else:
+                step = torch.matmul(products[-1], matrices[:, j])
+            product, log_peak = self._normalized(step, (-2, -1))
+            products.append(product)
+            logs.append(logs[-1] + log_peak)
+        return torch.stack(products, 1), torch.stack(logs, 1)
+
+    def _forward_blocks(self, prob: Tensor) -> tuple[Tensor, Tensor]:
+        steps = self.shift.shape[0]
+        products, product_logs = self._running_products(reverse=False)
+        whole = products[:, -1]
+        starts, start_logs = [prob], [prob.new_zeros(prob.shape[0])]
+        for k in range(products.shape[0] - 1):
+            u, log_peak = self._normalized(torch.bmm(starts[-1].unsqueeze(1), whole[k]).squeeze(1), (1,))
+            starts.append(u)
+            start_logs.append(start_logs[-1] + product_logs[k, -1] + log_peak)
+        starts_t, start_logs_t = torch.stack(starts), torch.stack(start_logs)  # [nb, B, S], [nb, B]
+        inside = torch.matmul(starts_t[:, None, :, None, :], products).squeeze(-2)  # [nb, K, B, S]
+        inside, inside_logs = self._normalized(inside, (-1,))
+        inside_logs = inside_logs + product_logs + start_logs_t.unsqueeze(1)
+        probs = torch.cat([prob.unsqueeze(0), inside.flatten(0, 1)[:steps]])
+        norm_logs = torch.cat([start_logs_t[:1] * 0, inside_logs.flatten(0, 1)[:steps]])
+        return probs, norm_logs
+
+    def _backward_blocks(self) -> tuple[Tensor, Tensor]:
+        steps = self.shift.shape[0]
+        products, product_logs = self._running_products(reverse=True)
+        num_blocks, whole = products.shape[0], products[:, -1]
+        ones = torch.ones_like(self.probs[0])
+        ends, end_logs = [ones], [ones.new_zeros(ones.shape[0])]  # at positions (k + 1) K, last block first
+        for k in range(num_blocks - 1, 0, -1):
+            v, log_peak = self._normalized(torch.bmm(whole[k], ends[-1].unsqueeze(-1)).squeeze(-1), (1,))
+            ends.append(v)
+            end_logs.append(end_logs[-1] + product_logs[k, -1] + log_peak)
+        ends_t, end_logs_t = torch.stack(ends[::-1]), torch.stack(end_logs[::-1])  # block k ends at (k + 1) K
+        inside = torch.matmul(products, ends_t[:, None, :, :, None]).squeeze(-1)  # [nb, K, B, S]
+        inside, inside_logs = self._normalized(inside, (-1,))
+        inside_logs = inside_logs + product_logs + end_logs_t.unsqueeze(1)
+        # products[:, m] covers the last m + 1 matrices: it gives position (k + 1) K - m - 1
+        inside, inside_logs = inside.flip(1).flatten(0, 1), inside_logs.flip(1).flatten(0, 1)
+        padded = num_blocks * self.block
+        probs = torch.cat([inside, ones.unsqueeze(0)])[: steps + 1] if padded == steps else inside[: steps + 1]
+        norm_logs = (torch.cat([inside_logs, end_logs_t[-1:] * 0])[: steps + 1] if padded == steps
+                     else inside_logs[: steps + 1])
+        return probs, norm_logs
+
+    # --- pair states, one position per step -----------------------------------------------------
     def _scan_pairs(self, prob: Tensor) -> tuple[Tensor, Tensor]:
         """Forward scan over pair states ``[B, A, R]`` with ``sum_a P[b, a, r] expW[a, r, c]``."""
         rows = self.exp_emissions.unbind(0)
-        probs, scales = [prob], []
+        probs, logs = [prob], [prob.new_zeros(prob.shape[0])]
         for t in range(1, len(rows)):
-            step = torch.einsum("bar,arc->brc", prob, self.exp_moves) * rows[t]
-            scale = step.reshape(step.shape[0], -1).amax(1)
-            prob = step / scale.view(-1, 1, 1)
-            probs.append(prob)
-            scales.append(scale)
-        return torch.stack(probs), torch.stack(scales) if scales else prob.new_zeros(0, prob.shape[0])
+            step, log_peak = self._normalized(torch.einsum("bar,arc->brc", probs[-1], self.exp_moves) * rows[t],
+                                              (1, 2))
+            probs.append(step)
+            logs.append(logs[-1] + log_peak)
+        return torch.stack(probs), torch.stack(logs)
 
     def _backward_pairs(self) -> tuple[Tensor, Tensor]:
         rows = self.exp_emissions.unbind(0)
         prob = torch.ones_like(self.probs[-1])
-        probs, scales = [prob], []
+        probs, logs = [prob], [prob.new_zeros(prob.shape[0])]
         for t in range(len(rows) - 2, -1, -1):
-            step = torch.einsum("arc,brc->bar", self.exp_moves, prob * rows[t + 1])
-            scale = step.reshape(step.shape[0], -1).amax(1)
-            prob = step / scale.view(-1, 1, 1)
-            probs.append(prob)
-            scales.append(scale)
-        return torch.stack(probs[::-1]), torch.stack(scales[::-1]) if scales else prob.new_zeros(0, prob.shape[0])
+            step, log_peak = self._normalized(torch.einsum("arc,brc->bar", self.exp_moves, probs[-1] * rows[t + 1]),
+                                              (1, 2))
+            probs.append(step)
+            logs.append(logs[-1] + log_peak)
+        return torch.stack(probs[::-1]), torch.stack(logs[::-1])
 
     def backward_ok(self) -> bool:
         """Run the backward scan; False if it cannot be certified exact."""
         if self._betas is None:
-            if self.order == 1:
-                probs, scales = self._scan_first_order(torch.ones_like(self.probs[-1]), forward=False)
+            if self.block > 1:
+                probs, norm_logs = self._backward_blocks()
+            elif self.order == 1:
+                probs, norm_logs = self._scan_first_order(torch.ones_like(self.probs[-1]), forward=False)
             else:
-                probs, scales = self._backward_pairs()
-            increments = torch.log(scales) + self.emission_max[1:] + self.move_max
-            log_scale = torch.zeros_like(self.log_scale)
-            log_scale[:-1] = torch.flip(torch.cumsum(torch.flip(increments, [0]), 0), [0])
+                probs, norm_logs = self._backward_pairs()
+            after = torch.flip(torch.cumsum(torch.flip(self.shift, [0]), 0), [0])  # sum of shifts after t
+            log_scale = norm_logs + torch.cat([after, after.new_zeros(1, after.shape[1])])
             self._betas = (probs.view_as(self.probs), log_scale)
         return not _in_danger(self._betas[0])
 
