@@ -387,7 +387,7 @@ _BLOCK_BUDGET = 300.0  # nats that all positions of one block together may move 
 # Devices where blocks of positions pay off: on CPU their O(K S^3) products cost more than the
 # per-position kernel launches they save.
 _BLOCKED_DEVICES = {"cuda"}
-_DANGER = math.exp(-400.0)  # a rescaled value this small could be on its way to underflow
+_REPRESENTABLE = 700.0  # nats below the row maximum that float64 still holds as a normal number
 
 
 class _ExpScan:
@@ -402,12 +402,12 @@ class _ExpScan:
 
     It is used only when it provably equals the log-space scan. Let ``delta`` bound how far one
     position can move any state relative to the best one (``Chain.step_spread``, from the spreads
-    of emissions and scores). With ``K * delta <= _BLOCK_BUDGET`` (300 nats), no finite entry of a
-    block product is below ``exp(-300)`` of its largest entry; and if no rescaled value at any
-    position lies in ``(0, _DANGER = exp(-400)]`` (checked), no finite forward or backward score
-    was ever lost to underflow: reaching the float64 limit (about ``exp(-708)``) from above
-    ``exp(-400)`` takes more than 300 nats, more than one block can move. Otherwise the caller
-    falls back to the log-space scan.
+    of emissions and scores), and require ``K * delta <= _BLOCK_BUDGET`` (300 nats): no finite entry
+    of a block product is then below ``exp(-K delta)`` of its largest entry. If moreover no
+    rescaled value at any position lies in ``(0, exp(-(700 - K delta))]`` (checked), no finite
+    forward or backward score was ever lost to underflow: from above that threshold one sequential
+    step cannot go below ``exp(-700)``, which float64 holds as a normal number. Otherwise the
+    caller falls back to the log-space scan.
     """
 
     def __init__(self, start: Tensor, transitions: Tensor, emissions: Tensor, step_spread: float) -> None:
@@ -427,6 +427,9 @@ class _ExpScan:
         self.block = 1
         if self.order == 1 and em.device.type in _BLOCKED_DEVICES:
             self.block = max(1, min(16, int(_BLOCK_BUDGET // max(step_spread, 1e-6)), self.shift.shape[0]))
+        # one sequential step moves a state by at most block * step_spread nats; a value above the
+        # danger threshold therefore stays above exp(-700) after it
+        self.danger = math.exp(-(_REPRESENTABLE - self.block * max(step_spread, 0.0)))
         if self.block > 1:
             self.step_matrices = self._blocked_matrices()
             probs, norm_logs = self._forward_blocks(prob)
@@ -445,7 +448,7 @@ class _ExpScan:
         if not step_spread <= _BLOCK_BUDGET:  # also catches NaN
             return None
         scan = cls(start, transitions, emissions, step_spread)
-        return None if _in_danger(scan.probs) else scan
+        return None if _in_danger(scan.probs, scan.danger) else scan
 
     # --- first order, one position per step ---------------------------------------------------------
     def _scan_first_order(self, prob: Tensor, forward: bool) -> tuple[Tensor, Tensor]:
@@ -575,7 +578,7 @@ class _ExpScan:
             after = torch.flip(torch.cumsum(torch.flip(self.shift, [0]), 0), [0])  # sum of shifts after t
             log_scale = norm_logs + torch.cat([after, after.new_zeros(1, after.shape[1])])
             self._betas = (probs.view_as(self.probs), log_scale)
-        return not _in_danger(self._betas[0])
+        return not _in_danger(self._betas[0], self.danger)
 
     def node_marginals(self) -> Tensor:
         """``[T + 1, B, *S']`` node marginals (needs :meth:`backward_ok` first)."""
@@ -605,10 +608,10 @@ class _ExpScan:
         return grad_start, grad_moves, marg
 
 
-def _in_danger(probs: Tensor) -> bool:
-    """True if some rescaled value lies in ``(0, _DANGER]`` or is NaN."""
+def _in_danger(probs: Tensor, threshold: float) -> bool:
+    """True if some rescaled value lies in ``(0, threshold]`` or is NaN."""
     smallest = probs.masked_fill(probs == 0, 1.0).amin()
-    return not bool(smallest > _DANGER)
+    return not bool(smallest > threshold)
 
 
 def _log_matmul(a: Tensor, b: Tensor) -> Tensor:
