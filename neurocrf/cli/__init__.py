@@ -1,0 +1,8 @@
+"""neurocrf.cli: thin Hydra entry points.
+
+- ``neurocrf-train`` / ``python -m neurocrf.cli.train``: fit a tagger, test the best checkpoint;
+- ``neurocrf-evaluate`` / ``python -m neurocrf.cli.evaluate``: score a checkpoint on a corpus;
+- ``neurocrf-predict`` / ``python -m neurocrf.cli.predict``: tag a CoNLL or plain-text file.
+
+Configs live in ``configs/`` (override the location with ``NEUROCRF_CONFIGS``).
+"""

@@ -1,0 +1,121 @@
+"""Train a tagger from the Hydra config tree (``configs/train.yaml``).
+
+    python -m neurocrf.cli.train                                  # sample corpus, BiLSTM-CRF, CPU
+    neurocrf-train crf=precursor encoder=transformer trainer=gpu
+    neurocrf-train ckpt_path=logs/train/runs/<run>/checkpoints/last.ckpt   # resume
+
+Steps: data module -> vocabularies from the training sentences -> Tagger -> fit -> test the best
+checkpoint. Returns ``cfg.optimized_metric`` so that sweepers can optimise it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import hydra
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig
+
+from neurocrf.cli.utils import (
+    CONFIG_DIR,
+    float_metrics,
+    instantiate_list,
+    log_config,
+    metric_value,
+    set_seed,
+    to_plain,
+)
+
+log = logging.getLogger(__name__)
+
+
+def build_model(cfg: DictConfig, datamodule: Any) -> Any:
+    """A new Tagger for ``datamodule`` (set up), or, with ``cfg.ckpt_path``, the model saved
+    in that checkpoint (same vocabularies and tags), ready to resume."""
+    from neurocrf.encoders import build_vocabularies
+    from neurocrf.models.tagger import Tagger
+
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path:
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        hparams = dict(checkpoint["hyper_parameters"])
+        if hparams["tags"] != datamodule.tags:
+            raise ValueError(
+                f"{ckpt_path}: the checkpoint's tags {hparams['tags']} differ from the data's"
+                f" {datamodule.tags}"
+            )
+        return Tagger(**hparams, restore=True)
+    encoder = to_plain(cfg.encoder)
+    vocabularies = build_vocabularies(encoder, [s.tokens for s in datamodule.train_sentences])
+    run_config = {key: value for key, value in (to_plain(cfg) or {}).items() if key != "hydra"}
+    return Tagger(
+        encoder=encoder,
+        head=to_plain(cfg.crf),
+        tags=list(datamodule.tags),
+        scheme=datamodule.scheme,
+        vocabularies=vocabularies,
+        optimizer=to_plain(cfg.optimizer),
+        scheduler=to_plain(cfg.get("scheduler")),
+        config=run_config,
+    )
+
+
+def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
+    """Fit and test; returns the logged metrics (floats) and the objects built."""
+    set_seed(cfg.get("seed"))
+
+    log.info("instantiating data <%s>", cfg.data.get("_target_"))
+    datamodule = hydra.utils.instantiate(cfg.data, _convert_="all")
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    summary = datamodule.summary() if hasattr(datamodule, "summary") else {}
+    log.info("data: %s", {k: v for k, v in summary.items() if k != "tags"})
+
+    model = build_model(cfg, datamodule)
+    model.report_dir = str(cfg.paths.output_dir)
+    datamodule.set_input_builder(model.encoder.prepare)
+
+    callbacks: list[pl.Callback] = instantiate_list(cfg.get("callbacks"), "callback")
+    loggers = instantiate_list(cfg.get("logger"), "logger")
+    trainer: pl.Trainer = hydra.utils.instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, _convert_="all"
+    )
+    log_config(loggers, cfg, {"data_summary": summary} if summary else None)
+
+    objects = {"cfg": cfg, "datamodule": datamodule, "model": model, "trainer": trainer}
+    if cfg.get("train", True):
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    metrics = float_metrics(trainer.callback_metrics)
+
+    if cfg.get("test", True):
+        ckpt_path = _best_checkpoint(trainer)
+        if ckpt_path is None and not cfg.get("train", True):
+            ckpt_path = cfg.get("ckpt_path")
+        if ckpt_path is None:
+            log.warning("no best checkpoint found: testing the current weights")
+        trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path)
+        metrics.update(float_metrics(trainer.callback_metrics))
+        if trainer.is_global_zero:
+            print(f"test/f1 = {metrics.get('test/f1', float('nan')):.4f}")
+            print(f"checkpoint: {ckpt_path or '(none: current weights)'}")
+            print(f"report: {cfg.paths.output_dir}/test_report.txt")
+        objects["ckpt_path"] = ckpt_path
+    return metrics, objects
+
+
+def _best_checkpoint(trainer: pl.Trainer) -> str | None:
+    callback = trainer.checkpoint_callback
+    path = getattr(callback, "best_model_path", "") if callback is not None else ""
+    return path or None
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    metrics, _ = train(cfg)
+    return metric_value(metrics, cfg.get("optimized_metric"))
+
+
+if __name__ == "__main__":
+    main()

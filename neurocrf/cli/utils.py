@@ -1,0 +1,160 @@
+"""Shared plumbing of the Hydra entry points: config location, instantiation, seeding, metrics.
+
+The config directory is, in order: ``$NEUROCRF_CONFIGS``; ``configs/`` of the repository this
+package sits in (``Path(__file__).parents[2]``, also true for an editable install); ``configs/``
+in the working directory. ``PROJECT_ROOT`` (used by ``configs/paths/default.yaml``) defaults to the
+directory above the config directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import hydra
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+CONFIGS_ENV = "NEUROCRF_CONFIGS"
+
+
+def config_dir() -> str:
+    """Absolute path of the Hydra config directory (see the module docstring)."""
+    override = os.environ.get(CONFIGS_ENV)
+    if override:
+        return str(Path(override).expanduser().resolve())
+    candidates = [Path(__file__).resolve().parents[2] / "configs", Path.cwd() / "configs"]
+    for candidate in candidates:
+        if (candidate / "train.yaml").is_file():
+            return str(candidate)
+    # Hydra reports a missing primary config directory itself; name the fix here.
+    log.warning("no neurocrf configs found in %s; set %s", [str(c) for c in candidates], CONFIGS_ENV)
+    return str(candidates[0])
+
+
+CONFIG_DIR = config_dir()
+os.environ.setdefault("PROJECT_ROOT", str(Path(CONFIG_DIR).parent))
+
+
+def to_plain(cfg: Any) -> Any:
+    """A resolved plain-python copy of a config; unresolved as a whole if some interpolation
+    cannot be resolved (e.g. ``${hydra:...}`` outside a Hydra run)."""
+    if not OmegaConf.is_config(cfg):
+        return cfg
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run
+        return OmegaConf.to_container(cfg, resolve=False)
+
+
+def instantiate_list(cfg: DictConfig | None, kind: str) -> list[Any]:
+    """Instantiate every entry with a ``_target_`` of a config group (callbacks, loggers)."""
+    objects: list[Any] = []
+    if not cfg:
+        return objects
+    if not isinstance(cfg, (DictConfig, Mapping)):
+        raise TypeError(f"{kind} config must be a mapping of name -> config")
+    for name, entry in cfg.items():
+        if isinstance(entry, (DictConfig, Mapping)) and "_target_" in entry:
+            log.info("instantiating %s %s <%s>", kind, name, entry["_target_"])
+            objects.append(hydra.utils.instantiate(entry))
+    return objects
+
+
+def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
+    """``metrics[name]`` as a float (for sweepers); None when no name is configured."""
+    if not name:
+        return None
+    if name not in metrics:
+        raise KeyError(
+            f"optimized_metric {name!r} was not logged; logged metrics: {sorted(metrics)}"
+        )
+    value = metrics[name]
+    return float(value.item() if hasattr(value, "item") else value)
+
+
+def float_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Trainer callback metrics (tensors) as plain floats."""
+    return {key: float(value.item() if hasattr(value, "item") else value) for key, value in metrics.items()}
+
+
+def set_seed(seed: int | None) -> None:
+    """Seed python, numpy and torch (all devices) when ``seed`` is not None."""
+    if seed is not None:
+        pl.seed_everything(int(seed), workers=True)
+
+
+class EpochSeed(pl.Callback):
+    """Make every training epoch depend only on ``(seed, epoch)`` and the weights, so that a run
+    resumed from an end-of-epoch checkpoint continues exactly as one that never stopped.
+
+    Lightning checkpoints hold no random states, and on resume Lightning creates the first
+    training iterator earlier than in an uninterrupted run. So, at each epoch start, every
+    sampler of the training loader gets ``set_epoch(epoch)`` (Lightning itself only reaches
+    ``loader.sampler`` and ``loader.batch_sampler.sampler``, not a custom batch sampler) and every
+    ``torch.Generator`` they hold is reseeded with ``seed + epoch``; python, numpy and torch are
+    reseeded with ``seed + epoch`` right before the epoch's first training batch (dropout masks).
+    """
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.seed is None:
+            return
+        epoch = int(trainer.current_epoch)
+        for sampler in _samplers(trainer.train_dataloader):
+            if callable(getattr(sampler, "set_epoch", None)):
+                sampler.set_epoch(epoch)
+            generator = getattr(sampler, "generator", None)
+            if isinstance(generator, torch.Generator):
+                generator.manual_seed(int(self.seed) + epoch)
+        _seed_all(int(self.seed) + epoch)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        if self.seed is not None and batch_idx == 0:
+            _seed_all(int(self.seed) + int(trainer.current_epoch))
+
+
+def _seed_all(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        pass
+
+
+def _samplers(loader: Any) -> list[Any]:
+    """The sampler objects reachable from a loader (``sampler``, ``batch_sampler``, nested)."""
+    found: list[Any] = []
+    seen: set[int] = set()
+    stack = list(loader) if isinstance(loader, (list, tuple)) else [loader]
+    while stack:
+        item = stack.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if item is not loader:
+            found.append(item)
+        stack.extend(getattr(item, attr, None) for attr in ("sampler", "batch_sampler"))
+    return found
+
+
+def log_config(loggers: list[Any], cfg: DictConfig, extra: Mapping[str, Any] | None = None) -> None:
+    """Send the resolved run config (and ``extra`` values) to every logger as hyperparameters."""
+    if not loggers:
+        return
+    params = {key: value for key, value in (to_plain(cfg) or {}).items() if key != "hydra"}
+    params.update(extra or {})
+    for logger in loggers:
+        logger.log_hyperparams(params)

@@ -1,0 +1,209 @@
+"""Turning emission scores into :class:`Prediction` objects: tags, spans and their confidences.
+
+Definitions (all from the model's own distribution over whole tag sequences, never a softmax
+over Viterbi scores):
+
+- token confidence: the marginal probability ``p(y_t = tag_t | x)`` of the predicted tag;
+- span confidence: the probability that the output contains exactly this span with this type,
+  ``p(y_s .. y_{e-1} = the span's tags, and the span is not continued | x)``. It is computed
+  exactly as ``exp(log Z_clamped - log Z)``, where ``Z_clamped`` is the partition function with
+  the emissions at positions ``s .. e-1`` restricted to the predicted tags (and, for IOB1 / IOB2,
+  the continuation tag ``I-X`` forbidden at position ``e``; for an IOB1 span opened by ``I-X``,
+  ``B-X`` and ``I-X`` forbidden at ``s-1``). BIOES spans delimit themselves. For an
+  unconstrained model this is the probability of the span's tag pattern; it is never below the
+  joint probability of the whole Viterbi path and never above the smallest token marginal;
+- n-best: the ``n`` most probable tag sequences with their probabilities ``p(y | x)``.
+
+The head only needs ``log_partition``, ``marginals``, ``decode`` and ``nbest`` (the CRF contract).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from neurocrf.data.schemes import convert_tags, get_spans
+
+# Finite stand-in for -inf when clamping emissions: the CRF contract guarantees stable numerics
+# for emissions of magnitude up to 1e4, and exp(-1e4) is 0 in float32.
+_FORBIDDEN = -1.0e4
+
+
+class PredictedSpan(NamedTuple):
+    """A predicted span ``[start, end)`` of type ``type`` with its probability ``confidence``."""
+
+    type: str
+    start: int
+    end: int
+    confidence: float
+
+
+class NBestPath(NamedTuple):
+    """One of the n best tag sequences and its probability under the model."""
+
+    tags: list[str]
+    probability: float
+
+
+@dataclass
+class Prediction:
+    """A tagged sentence: exactly one tag and one confidence per input token."""
+
+    tokens: list[str]
+    tags: list[str]
+    scheme: str
+    spans: list[PredictedSpan] = field(default_factory=list)
+    confidences: list[float] = field(default_factory=list)
+    nbest: list[NBestPath] = field(default_factory=list)
+
+    def tags_in(self, scheme: str) -> list[str]:
+        """The predicted tags converted to another scheme (``IOB1``, ``IOB2``, ``BIOES``)."""
+        return convert_tags(self.tags, self.scheme, scheme) if scheme != self.scheme else self.tags
+
+    def to_dict(self, scheme: str | None = None) -> dict[str, Any]:
+        """Plain values for JSON; tags (also in the n-best list) in ``scheme`` if given."""
+        scheme = scheme or self.scheme
+
+        def convert(tags: list[str]) -> list[str]:
+            return convert_tags(tags, self.scheme, scheme) if scheme != self.scheme else tags
+
+        return {
+            "tokens": self.tokens,
+            "tags": convert(self.tags),
+            "scheme": scheme,
+            "confidences": [round(c, 6) for c in self.confidences],
+            "spans": [
+                {"type": s.type, "start": s.start, "end": s.end, "confidence": round(s.confidence, 6)}
+                for s in self.spans
+            ],
+            **(
+                {
+                    "nbest": [
+                        {"tags": convert(p.tags), "probability": round(p.probability, 6)}
+                        for p in self.nbest
+                    ]
+                }
+                if self.nbest
+                else {}
+            ),
+        }
+
+
+def build_predictions(
+    head: torch.nn.Module,
+    emissions: Tensor,
+    mask: Tensor,
+    tokens: Sequence[Sequence[str]],
+    tags: Sequence[str],
+    scheme: str,
+    nbest: int = 0,
+) -> list[Prediction]:
+    """Decode a batch and attach confidences.
+
+    Args:
+        head: a CRF layer or the softmax head (``decode``, ``marginals``, ``log_partition``,
+            ``nbest``).
+        emissions: ``[B, T, L]`` scores; mask: ``[B, T]`` bool, a prefix of ``len(tokens[i])``
+            True positions per row.
+        tokens: the ``B`` token lists; tags: the ``L`` tag strings; scheme: their scheme.
+        nbest: also return this many best sequences per sentence (0: none).
+    """
+    emissions = emissions.float()
+    paths = head.decode(emissions, mask)  # [B, T]
+    marginals = head.marginals(emissions, mask)  # [B, T, L]
+    lengths = mask.sum(-1).tolist()
+    tag_ids = [paths[i, : lengths[i]].tolist() for i in range(len(tokens))]
+    token_conf = marginals.gather(-1, paths.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # [B, T]
+
+    predictions = []
+    for i, words in enumerate(tokens):
+        if lengths[i] != len(words):
+            raise ValueError(f"sentence {i}: {len(words)} tokens but {lengths[i]} mask positions")
+        predictions.append(
+            Prediction(
+                tokens=list(words),
+                tags=[tags[t] for t in tag_ids[i]],
+                scheme=scheme,
+                confidences=token_conf[i, : lengths[i]].tolist(),
+            )
+        )
+    _attach_spans(head, emissions, mask, predictions, tags, scheme)
+    if nbest > 0:
+        _attach_nbest(head, emissions, mask, predictions, tags, nbest)
+    return predictions
+
+
+def _attach_spans(
+    head: torch.nn.Module,
+    emissions: Tensor,
+    mask: Tensor,
+    predictions: list[Prediction],
+    tags: Sequence[str],
+    scheme: str,
+    chunk: int = 256,
+) -> None:
+    tag_index = {tag: i for i, tag in enumerate(tags)}
+    jobs: list[tuple[int, Any, Tensor]] = []  # (sentence, span, forbidden [T, L])
+    for i, prediction in enumerate(predictions):
+        for span in get_spans(prediction.tags, scheme):
+            jobs.append((i, span, _span_forbidden(prediction.tags, span, tag_index, scheme, emissions.shape[1:])))
+    if not jobs:
+        return
+    log_z = head.log_partition(emissions, mask)  # [B]
+    confidences: list[float] = []
+    for begin in range(0, len(jobs), chunk):
+        part = jobs[begin : begin + chunk]
+        rows = torch.tensor([job[0] for job in part], device=emissions.device)
+        forbidden = torch.stack([job[2] for job in part]).to(emissions.device)  # [S, T, L]
+        clamped = emissions[rows].masked_fill(forbidden, _FORBIDDEN)
+        log_z_span = head.log_partition(clamped, mask[rows])  # [S]
+        probs = (log_z_span - log_z[rows]).exp().clamp(max=1.0)
+        confidences.extend(probs.tolist())
+    for (i, span, _), confidence in zip(jobs, confidences):
+        predictions[i].spans.append(PredictedSpan(span.type, span.start, span.end, float(confidence)))
+
+
+def _span_forbidden(
+    path: Sequence[str], span: Any, tag_index: dict[str, int], scheme: str, shape: torch.Size
+) -> Tensor:
+    """``[T, L]`` bool: the tag choices that would remove or change ``span``."""
+    forbidden = torch.zeros(shape, dtype=torch.bool)
+    for t in range(span.start, span.end):
+        forbidden[t] = True
+        forbidden[t, tag_index[path[t]]] = False
+    if scheme in ("IOB1", "IOB2"):
+        inside = tag_index.get(f"I-{span.type}")
+        if span.end < len(path) and inside is not None:
+            forbidden[span.end, inside] = True
+        if scheme == "IOB1" and span.start > 0 and path[span.start].startswith("I-"):
+            for prefix in ("B", "I"):
+                other = tag_index.get(f"{prefix}-{span.type}")
+                if other is not None:
+                    forbidden[span.start - 1, other] = True
+    return forbidden
+
+
+def _attach_nbest(
+    head: torch.nn.Module,
+    emissions: Tensor,
+    mask: Tensor,
+    predictions: list[Prediction],
+    tags: Sequence[str],
+    k: int,
+) -> None:
+    paths, scores = head.nbest(emissions, mask, k)  # [B, k, T], [B, k]
+    for i, prediction in enumerate(predictions):
+        n = len(prediction.tokens)
+        for j in range(paths.shape[1]):
+            score = float(scores[i, j])
+            if not math.isfinite(score):  # fewer than k paths exist
+                continue
+            ids = paths[i, j, :n].tolist()
+            if any(t < 0 for t in ids):
+                continue
+            prediction.nbest.append(NBestPath([tags[t] for t in ids], float(torch.tensor(score).exp())))

@@ -1,0 +1,464 @@
+"""The sequence tagger: an encoder, a projection to tag scores, and a CRF or softmax head.
+
+::
+
+    words --encoder--> [B, T, H] --dropout, linear--> emissions [B, T, L] --head--> loss / tags
+
+Everything the model is built from is a plain value (dicts, lists, strings, numbers), saved as
+hyperparameters, so a checkpoint loads with ``torch.load(path, weights_only=True)`` and
+:meth:`Tagger.load` rebuilds the model without the training config or corpus.
+
+>>> tagger = Tagger.load("logs/train/runs/.../checkpoints/last.ckpt")      # doctest: +SKIP
+>>> [p.spans for p in tagger.predict(["Peter lives in Berlin"])]           # doctest: +SKIP
+[[PredictedSpan(type='PER', start=0, end=1, confidence=0.98), ...]]
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor, nn
+
+from neurocrf.encoders import build_encoder
+from neurocrf.models.metrics import SpanScores, span_scores, write_report
+from neurocrf.models.optim import (
+    build_optimizer,
+    build_scheduler,
+    is_full_batch,
+    l2_penalty,
+)
+from neurocrf.models.prediction import Prediction, build_predictions
+from neurocrf.structs import build_crf
+
+log = logging.getLogger(__name__)
+
+CRF_KINDS = ("first_order", "second_order", "precursor")
+HEAD_KINDS = ("softmax", *CRF_KINDS)
+_HEAD_KEYS = ("kind", "constrained", "dropout", "reduction")
+
+
+class SoftmaxHead(nn.Module):
+    """Independent per-token classification with the CRF layers' interface.
+
+    The model ``p(y | x) = prod_t softmax(e_t)[y_t]`` is a chain without transitions, so the same
+    quantities exist: ``log_partition`` is ``sum_t logsumexp(e_t)``, the marginals are the token
+    softmax, decoding is the per-token argmax and the n best paths come from an exact beam (exact
+    because the factors are independent). Complexity O(T L) (n-best: O(T k L log(k L))).
+    """
+
+    def forward(self, emissions: Tensor, tags: Tensor, mask: Tensor, reduction: str = "mean") -> Tensor:
+        """Negative log-likelihood of ``tags`` ``[B, T]`` (padding any value) under ``emissions``
+        ``[B, T, L]``; reduction ``mean`` (over sentences), ``sum``, ``none`` (``[B]``) or
+        ``token_mean``."""
+        log_probs = emissions.float().log_softmax(-1)
+        picked = log_probs.gather(-1, tags.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # [B, T]
+        nll = -(picked * mask).sum(-1)  # [B]
+        return _reduce(nll, mask, reduction)
+
+    def log_partition(self, emissions: Tensor, mask: Tensor) -> Tensor:
+        """``[B]``: sum over real positions of ``logsumexp`` over tags."""
+        return (emissions.float().logsumexp(-1) * mask).sum(-1)
+
+    def marginals(self, emissions: Tensor, mask: Tensor) -> Tensor:
+        """``[B, T, L]`` token softmax, 0 at padding."""
+        return emissions.float().softmax(-1) * mask.unsqueeze(-1)
+
+    def decode(self, emissions: Tensor, mask: Tensor) -> Tensor:
+        """``[B, T]`` argmax tags, -1 at padding."""
+        return emissions.argmax(-1).masked_fill(~mask, -1)
+
+    def nbest(self, emissions: Tensor, mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """``k`` best paths ``[B, k, T]`` (-1 padding) and their log-probabilities ``[B, k]``
+        (``-inf`` where fewer than ``k`` paths exist)."""
+        log_probs = emissions.float().log_softmax(-1)  # [B, T, L]
+        batch, length, num_tags = log_probs.shape
+        # A padded position keeps every beam unchanged: label 0 with log-probability 0.
+        keep = torch.full((num_tags,), float("-inf"), device=log_probs.device)
+        keep[0] = 0.0
+        log_probs = torch.where(mask.unsqueeze(-1), log_probs, keep)
+        scores = log_probs.new_zeros(batch, 1)
+        back_beams, back_labels = [], []
+        for t in range(length):
+            candidates = (scores.unsqueeze(-1) + log_probs[:, t].unsqueeze(1)).reshape(batch, -1)
+            scores, flat = candidates.topk(min(k, candidates.shape[1]), dim=-1)
+            back_beams.append(flat // num_tags)
+            back_labels.append(flat % num_tags)
+        beams = scores.shape[1]
+        paths = torch.full((batch, beams, length), -1, dtype=torch.long, device=log_probs.device)
+        beam = torch.arange(beams, device=log_probs.device).expand(batch, beams)
+        for t in range(length - 1, -1, -1):
+            paths[:, :, t] = back_labels[t].gather(1, beam)
+            beam = back_beams[t].gather(1, beam)
+        paths = paths.masked_fill(~mask.unsqueeze(1), -1)
+        if beams < k:
+            paths = torch.cat([paths, paths.new_full((batch, k - beams, length), -1)], 1)
+            scores = torch.cat([scores, scores.new_full((batch, k - beams), float("-inf"))], 1)
+        return paths, scores
+
+
+def _reduce(nll: Tensor, mask: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return nll.mean()
+    if reduction == "sum":
+        return nll.sum()
+    if reduction == "none":
+        return nll
+    if reduction == "token_mean":
+        return nll.sum() / mask.sum().clamp(min=1)
+    raise ValueError(f"unknown reduction {reduction!r}; expected mean, sum, none or token_mean")
+
+
+Record = tuple[int, list[int], list[int]]
+"""``(dataset index, gold tag ids, predicted tag ids)`` of one evaluated sentence."""
+
+
+def pad_records(
+    records: Sequence[Record], rows: int, width: int, device: torch.device | str = "cpu"
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Records as tensors of a fixed shape: index ``[rows]`` (-1: padding row), lengths
+    ``[rows]``, gold and predicted ids ``[rows, width]`` (-1 padded)."""
+    if len(records) > rows:
+        raise ValueError(f"{len(records)} records do not fit {rows} rows")
+    width = max(width, 1)
+    index = torch.full((rows,), -1, dtype=torch.long)
+    lengths = torch.zeros(rows, dtype=torch.long)
+    gold = torch.full((rows, width), -1, dtype=torch.long)
+    pred = torch.full((rows, width), -1, dtype=torch.long)
+    for i, (idx, row_gold, row_pred) in enumerate(records):
+        index[i], lengths[i] = idx, len(row_gold)
+        gold[i, : len(row_gold)] = torch.tensor(row_gold, dtype=torch.long)
+        pred[i, : len(row_pred)] = torch.tensor(row_pred, dtype=torch.long)
+    return index.to(device), lengths.to(device), gold.to(device), pred.to(device)
+
+
+def unpad_records(index: Tensor, lengths: Tensor, gold: Tensor, pred: Tensor) -> list[Record]:
+    """Inverse of :func:`pad_records`, also over gathered ``[world, rows, ...]`` tensors."""
+    width = gold.shape[-1]
+    index, lengths = index.reshape(-1).tolist(), lengths.reshape(-1).tolist()
+    gold_rows, pred_rows = gold.reshape(-1, width).tolist(), pred.reshape(-1, width).tolist()
+    return [
+        (idx, gold_rows[i][:n], pred_rows[i][:n])
+        for i, (idx, n) in enumerate(zip(index, lengths))
+        if idx >= 0
+    ]
+
+
+def dedupe_records(records: Sequence[Record]) -> list[Record]:
+    """One record per dataset index (the first), sorted by index."""
+    unique: dict[int, Record] = {}
+    for record in records:
+        unique.setdefault(record[0], record)
+    return [unique[i] for i in sorted(unique)]
+
+
+def build_head(config: Mapping[str, Any], tags: Sequence[str], scheme: str) -> nn.Module:
+    """The output layer named by ``config["kind"]``: a CRF layer (options other than ``kind``,
+    ``constrained``, ``dropout``, ``reduction`` go to :func:`neurocrf.structs.build_crf`) or the
+    softmax head."""
+    kind = config.get("kind", "first_order")
+    if kind not in HEAD_KINDS:
+        raise ValueError(f"unknown head kind {kind!r}; expected one of {', '.join(HEAD_KINDS)}")
+    options = {key: value for key, value in config.items() if key not in _HEAD_KEYS}
+    if kind == "softmax":
+        if options:
+            raise ValueError(f"softmax head takes no options, got {sorted(options)}")
+        return SoftmaxHead()
+    return build_crf(kind, list(tags), scheme, constrained=bool(config.get("constrained", True)), **options)
+
+
+def plain(value: Any, where: str = "value") -> Any:
+    """A copy of ``value`` made of dicts (str keys), lists, str, int, float, bool and None only.
+
+    OmegaConf containers, tuples, paths and numpy scalars are converted; anything else raises
+    TypeError naming where it sits, because it would break ``weights_only`` checkpoint loading.
+    """
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, (DictConfig, ListConfig)):
+            value = OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where}: key {key!r} is not a string")
+            out[key] = plain(item, f"{where}.{key}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [plain(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy / torch scalar
+        return value.item()
+    raise TypeError(f"{where}: {type(value).__name__} is not a plain value (dict, list, str, number)")
+
+
+class Tagger(pl.LightningModule):
+    """Encoder + projection + CRF (first order, second order, precursor) or softmax head.
+
+    Args:
+        encoder: encoder config, ``name`` in {bilstm, transformer, features} plus its options.
+        head: ``kind`` in {softmax, first_order, second_order, precursor}; ``constrained``
+            (default true: scheme-invalid transitions are forbidden), ``dropout`` before the
+            projection (default 0.5), ``reduction`` of the training loss (default ``mean`` over
+            sentences; ``sum`` with L-BFGS), and CRF options (``memory``, ``state_bias`` ...).
+        tags: the tag list (ids index it); scheme: its scheme (IOB1, IOB2, BIOES).
+        vocabularies: from :func:`neurocrf.encoders.build_vocabularies` (plain values).
+        optimizer, scheduler: see :mod:`neurocrf.models.optim`.
+        config: the resolved run config, kept in the checkpoint for the record (optional).
+        restore: the weights will come from a checkpoint: the encoder skips reading pretrained
+            weights / vectors (not a hyperparameter; :meth:`load` sets it).
+    """
+
+    def __init__(
+        self,
+        encoder: dict[str, Any],
+        head: dict[str, Any],
+        tags: list[str],
+        scheme: str,
+        vocabularies: dict[str, Any],
+        optimizer: dict[str, Any] | None = None,
+        scheduler: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
+        restore: bool = False,
+    ) -> None:
+        super().__init__()
+        hparams = {
+            "encoder": plain(encoder, "encoder"),
+            "head": plain(head, "head"),
+            "tags": plain(tags, "tags"),
+            "scheme": scheme,
+            "vocabularies": plain(vocabularies, "vocabularies"),
+            "optimizer": plain(optimizer or {"name": "adam", "lr": 1e-3}, "optimizer"),
+            "scheduler": plain(scheduler, "scheduler"),
+            "config": plain(config, "config"),
+        }
+        # The vocabularies can be large: loggers get the run config from the CLI instead.
+        self.save_hyperparameters(hparams, logger=False)
+        if len(set(tags)) != len(tags) or not tags:
+            raise ValueError(f"tags must be a non-empty list without duplicates, got {tags}")
+        self.tags: list[str] = list(tags)
+        self.scheme = scheme
+        self.optimizer_config: dict[str, Any] = hparams["optimizer"]
+        self.scheduler_config: dict[str, Any] | None = hparams["scheduler"]
+        head_config: dict[str, Any] = hparams["head"]
+        self.reduction = head_config.get(
+            "reduction", "sum" if is_full_batch(self.optimizer_config) else "mean"
+        )
+
+        self.encoder = build_encoder(
+            hparams["encoder"], hparams["vocabularies"], len(self.tags), restore=restore
+        )
+        if self.encoder.emits_scores:
+            self.dropout: nn.Module = nn.Identity()
+            self.projection: nn.Module = nn.Identity()
+        else:
+            self.dropout = nn.Dropout(float(head_config.get("dropout", 0.5)))
+            self.projection = nn.Linear(self.encoder.output_dim, len(self.tags))
+        self.head = build_head(head_config, self.tags, scheme)
+
+        self.report_dir: str | None = None  # where test reports go (default: the logger's dir)
+        self.report_prefix = "test"  # <prefix>_report.txt, <prefix>_metrics.json
+        self.test_scores: SpanScores | None = None
+        self.val_f1_best = 0.0
+        self._records: dict[str, list[Record]] = {"val": [], "test": []}
+
+    # ------------------------------------------------------------------ scoring
+
+    def forward(self, inputs: dict[str, Tensor]) -> Tensor:
+        """Emission scores ``[B, T, num_tags]`` for prepared ``inputs`` (see ``encoder.prepare``)."""
+        hidden = self.encoder(inputs)
+        return self.projection(self.dropout(hidden))
+
+    def _emissions(self, batch: dict[str, Any]) -> Tensor:
+        emissions = self(batch["inputs"])
+        mask = batch["mask"]
+        if emissions.shape[:2] != mask.shape:
+            raise ValueError(
+                f"encoder output {tuple(emissions.shape)} does not match the batch mask"
+                f" {tuple(mask.shape)}: the encoder must return one vector per word"
+            )
+        return emissions
+
+    def regularizer(self) -> Tensor | None:
+        """Extra training loss terms: the Gaussian prior of ``optimizer.l2_sigma2`` if set."""
+        sigma2 = self.optimizer_config.get("l2_sigma2")
+        if sigma2 is None:
+            return None
+        return l2_penalty(self.parameters(), sigma2).to(self.device)
+
+    def training_objective(self, batch: dict[str, Any]) -> Tensor:
+        """The loss minimised on a training batch (override to change the objective)."""
+        emissions = self._emissions(batch)
+        loss = self.head(emissions, batch["tags"], batch["mask"], reduction=self.reduction)
+        penalty = self.regularizer()
+        return loss if penalty is None else loss + penalty
+
+    # ------------------------------------------------------------------ Lightning steps
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        loss = self.training_objective(batch)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(batch["tokens"]))
+        return loss
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluation_step(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluation_step(batch, "test")
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> list[Prediction]:
+        emissions = self._emissions(batch)
+        return build_predictions(self.head, emissions, batch["mask"], batch["tokens"], self.tags, self.scheme)
+
+    def _evaluation_step(self, batch: dict[str, Any], stage: str) -> None:
+        emissions = self._emissions(batch)
+        mask, gold = batch["mask"], batch["tags"]
+        loss = self.head(emissions, gold, mask, reduction="mean")
+        self.log(f"{stage}/loss", loss, on_epoch=True, sync_dist=True, batch_size=len(batch["tokens"]))
+        paths = self.head.decode(emissions, mask)
+        lengths = mask.sum(-1).tolist()
+        index = batch["index"].tolist()
+        gold_rows, path_rows = gold.tolist(), paths.tolist()
+        for i, n in enumerate(lengths):
+            self._records[stage].append((index[i], gold_rows[i][:n], path_rows[i][:n]))
+
+    def on_validation_epoch_start(self) -> None:
+        self._records["val"] = []
+
+    def on_test_epoch_start(self) -> None:
+        self._records["test"] = []
+
+    def on_validation_epoch_end(self) -> None:
+        scores = self._epoch_scores("val")
+        self.log("val/f1", scores.f1, sync_dist=True)
+        self.log("val/precision", scores.precision, sync_dist=True)
+        self.log("val/recall", scores.recall, sync_dist=True)
+        if not self.trainer.sanity_checking:
+            self.val_f1_best = max(self.val_f1_best, scores.f1)
+        self.log("val/f1_best", max(self.val_f1_best, 0.0), sync_dist=True, prog_bar=True)
+
+    def on_test_epoch_end(self) -> None:
+        scores = self._epoch_scores("test")
+        self.test_scores = scores
+        self.log("test/f1", scores.f1, sync_dist=True)
+        self.log("test/precision", scores.precision, sync_dist=True)
+        self.log("test/recall", scores.recall, sync_dist=True)
+        if self.trainer.is_global_zero:
+            directory = self._report_directory()
+            if directory is not None:
+                paths = write_report(scores, directory, prefix=self.report_prefix)
+                log.info("test report written to %s", paths[0])
+
+    def _report_directory(self) -> str | None:
+        if self.report_dir:
+            return self.report_dir
+        return self.trainer.log_dir or self.trainer.default_root_dir
+
+    def _epoch_scores(self, stage: str) -> SpanScores:
+        records = self._gather(self._records[stage])
+        self._records[stage] = []
+        gold = [[self.tags[t] for t in row_gold] for _, row_gold, _ in records]
+        pred = [[self.tags[t] for t in row_pred] for _, _, row_pred in records]
+        return span_scores(gold, pred, self.scheme)
+
+    def _gather(self, records: list[Record]) -> list[Record]:
+        """All ranks' records, deduplicated by dataset index and sorted by it.
+
+        Under DDP the lists are padded into tensors of one shape (``all_gather`` needs equal
+        shapes on every rank) and unpadded afterwards; the distributed sampler repeats a few
+        sentences to even out the ranks, hence the deduplication.
+        """
+        if self._trainer is not None and self.trainer.world_size > 1:
+            size = torch.tensor([len(records), max((len(r[1]) for r in records), default=0)], device=self.device)
+            sizes = self.all_gather(size).reshape(-1, 2)  # [world, 2]
+            padded = pad_records(records, int(sizes[:, 0].max()), int(sizes[:, 1].max()), self.device)
+            gathered = [self.all_gather(tensor) for tensor in padded]  # each [world, rows, ...]
+            records = unpad_records(*gathered)
+        return dedupe_records(records)
+
+    # ------------------------------------------------------------------ optimisation
+
+    def configure_optimizers(self) -> Any:
+        optimizer = build_optimizer(self, self.optimizer_config)
+        total = 1
+        if self._trainer is not None:
+            estimated = self.trainer.estimated_stepping_batches
+            total = int(estimated) if estimated != float("inf") else 1
+        scheduler = build_scheduler(optimizer, self.scheduler_config, total)
+        if scheduler is None:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+    def on_train_start(self) -> None:
+        if is_full_batch(self.optimizer_config) and self.trainer.num_training_batches > 1:
+            log.warning(
+                "L-BFGS is meant to run full-batch, but an epoch has %s batches: set the data"
+                " batch_size to at least the number of training sentences",
+                self.trainer.num_training_batches,
+            )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["neurocrf"] = {"val_f1_best": float(self.val_f1_best)}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.val_f1_best = float(checkpoint.get("neurocrf", {}).get("val_f1_best", 0.0))
+
+    # ------------------------------------------------------------------ inference
+
+    @classmethod
+    def load(cls, path: str | Path, map_location: Any = "cpu") -> Tagger:
+        """A trained tagger from a checkpoint (loaded with ``weights_only=True``), in eval mode."""
+        model = cls.load_from_checkpoint(
+            str(path), map_location=map_location, weights_only=True, restore=True
+        )
+        model.eval()
+        return model
+
+    @torch.no_grad()
+    def predict(
+        self,
+        sentences: Sequence[Sequence[str] | str],
+        batch_size: int = 32,
+        nbest: int = 0,
+    ) -> list[Prediction]:
+        """Tag sentences (token lists, or strings split on whitespace).
+
+        Returns one :class:`Prediction` per sentence, in input order, with exactly one tag and
+        one confidence per token (see :mod:`neurocrf.models.prediction` for the definitions);
+        ``nbest > 0`` also gives the n most probable tag sequences.
+        """
+        tokenised = [s.split() if isinstance(s, str) else list(s) for s in sentences]
+        results: list[Prediction | None] = [None] * len(tokenised)
+        # Similar lengths together: less padding. Empty sentences need no model.
+        order = sorted((i for i, words in enumerate(tokenised) if words), key=lambda i: len(tokenised[i]))
+        for i, words in enumerate(tokenised):
+            if not words:
+                results[i] = Prediction(tokens=[], tags=[], scheme=self.scheme)
+        was_training = self.training
+        self.eval()
+        try:
+            for begin in range(0, len(order), batch_size):
+                chunk = order[begin : begin + batch_size]
+                batch_tokens = [tokenised[i] for i in chunk]
+                inputs = {key: value.to(self.device) for key, value in self.encoder.prepare(batch_tokens).items()}
+                lengths = torch.tensor([len(words) for words in batch_tokens], device=self.device)
+                mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
+                emissions = self._emissions({"inputs": inputs, "mask": mask})
+                predictions = build_predictions(
+                    self.head, emissions, mask, batch_tokens, self.tags, self.scheme, nbest=nbest
+                )
+                for i, prediction in zip(chunk, predictions):
+                    results[i] = prediction
+        finally:
+            self.train(was_training)
+        return results  # type: ignore[return-value]

@@ -1,0 +1,145 @@
+"""The evaluate and predict entry points on a checkpoint trained through the train entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+from neurocrf.cli.evaluate import evaluate
+from neurocrf.cli.predict import detect_input_format, predict
+from neurocrf.cli.train import train
+from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.data.conll import read_conll
+from neurocrf.data.sample import ensure_sample_corpus
+from neurocrf.data.schemes import convert_tags, validate_tags
+from neurocrf.models.metrics import span_scores
+from neurocrf.models.tagger import Tagger
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def compose_config(name: str, out: Path, overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            config_name=name, return_hydra_config=True,
+            overrides=[f"paths.output_dir={out}", f"paths.log_dir={out}", *overrides],
+        )
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    data_dir = tmp_path_factory.mktemp("data")
+    ensure_sample_corpus(data_dir / "sample", seed=13, train_size=300, dev_size=40, test_size=40)
+    out = tmp_path_factory.mktemp("train")
+    cfg = compose_config("train", out, [
+        f"paths.data_dir={data_dir}", "~logger", "test=false", "trainer.max_epochs=3", "data.batch_size=16",
+        "optimizer.lr=0.02", "encoder.word_dim=16", "encoder.char_dim=8", "encoder.char_hidden=8",
+        "encoder.hidden_size=32",
+    ])
+    train(cfg)
+    return {"ckpt": out / "checkpoints" / "last.ckpt", "data_dir": data_dir, "test": data_dir / "sample" / "test.conll"}
+
+
+def test_evaluate_matches_predictions(trained: dict[str, Path], tmp_path: Path) -> None:
+    cfg = compose_config("evaluate", tmp_path, [f"ckpt_path={trained['ckpt']}", f"paths.data_dir={trained['data_dir']}"])
+    metrics, _ = evaluate(cfg)
+    gold_iob2 = read_conll(trained["test"], tag_column=1)
+    tagger = Tagger.load(trained["ckpt"])
+    predictions = tagger.predict([s.tokens for s in gold_iob2])
+    # scored in the checkpoint's scheme (BIOES) against the file's IOB2 gold, converted
+    gold = [convert_tags(s.tags, "IOB2", tagger.scheme) for s in gold_iob2]
+    expected = span_scores(gold, [p.tags for p in predictions], tagger.scheme)
+    assert expected.f1 > 0.2  # a trained model, so that the comparison means something
+    assert metrics["test/f1"] == pytest.approx(expected.f1, abs=1e-6)
+    assert metrics["test/precision"] == pytest.approx(expected.precision, abs=1e-6)
+    report = (tmp_path / "test_report.txt").read_text()
+    assert report.splitlines()[0].split() == ["type", "precision", "recall", "f1", "support"]
+    assert {"PER", "ORG", "LOC", "MISC"} <= {line.split()[0] for line in report.splitlines()[2:] if line.strip()}
+    assert json.loads((tmp_path / "test_metrics.json").read_text())["support"] == expected.support
+
+    dev = compose_config("evaluate", tmp_path / "dev", [f"ckpt_path={trained['ckpt']}", f"paths.data_dir={trained['data_dir']}", "split=dev"])
+    evaluate(dev)
+    assert (tmp_path / "dev" / "dev_report.txt").is_file()
+
+
+def test_predict_conll_keeps_columns_and_token_counts(trained: dict[str, Path], tmp_path: Path) -> None:
+    output = tmp_path / "pred.conll"
+    cfg = compose_config("predict", tmp_path, [
+        f"ckpt_path={trained['ckpt']}", f"input={trained['test']}", f"output={output}",
+        "scheme=IOB2", "confidence=true", "nbest=2",
+    ])
+    summary = predict(cfg)
+    assert summary["input_format"] == "conll"
+    source = read_conll(trained["test"], tag_column=None)
+    written = read_conll(output, tag_column=None)
+    assert [len(s.tokens) for s in written] == [len(s.tokens) for s in source]
+    for before, after in zip(source, written):
+        assert after.tokens == before.tokens
+        columns = list(zip(*after.columns))  # token, gold, pred, confidence, nbest_1, nbest_2
+        assert len(columns) == 6 and list(columns[1]) == [row[1] for row in before.columns]
+        validate_tags(list(columns[2]), "IOB2")  # predictions converted to the requested scheme
+        assert list(columns[2]) == list(columns[4])  # the best of the n-best is the prediction
+        assert all(0.0 <= float(c) <= 1.0 for c in columns[3])
+
+
+def test_predict_text_jsonl_any_length(trained: dict[str, Path], tmp_path: Path) -> None:
+    long_line = " ".join(["Mr.", "Smith", "flew", "to", "Paris", "."] * 80)  # 480 tokens
+    text = tmp_path / "input.txt"
+    text.write_text(f"Mr. Smith works in Paris .\n\n{long_line}\nhello\n", encoding="utf-8")
+    assert detect_input_format(text) == "text"
+    output = tmp_path / "pred.jsonl"
+    cfg = compose_config("predict", tmp_path, [
+        f"ckpt_path={trained['ckpt']}", f"input={text}", f"output={output}", "format=jsonl", "nbest=3",
+    ])
+    predict(cfg)
+    records = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    lines = text.read_text(encoding="utf-8").splitlines()
+    assert len(records) == len(lines)  # one record per input line, the empty one included
+    for record, line in zip(records, lines):
+        assert record["tokens"] == line.split()
+        assert len(record["tags"]) == len(record["confidences"]) == len(line.split())
+        for span in record["spans"]:
+            assert 0 <= span["start"] < span["end"] <= len(record["tokens"]) and 0 < span["confidence"] <= 1
+    assert len(records[0]["nbest"]) == 3 and records[0]["nbest"][0]["tags"] == records[0]["tags"]
+    probabilities = [p["probability"] for p in records[0]["nbest"]]
+    assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 1 + 1e-5
+    assert records[1]["tokens"] == [] and len(records[2]["tokens"]) == 480
+
+
+def test_detect_input_format(tmp_path: Path) -> None:
+    conll = tmp_path / "a.txt"
+    conll.write_text("-DOCSTART- -X- O\n\nEU NNP B-ORG\nrejects VBZ O\n\nPeter NNP B-PER\n", encoding="utf-8")
+    tokens_only = tmp_path / "b"
+    tokens_only.write_text("EU\nrejects\n\nPeter\n", encoding="utf-8")
+    text = tmp_path / "c.conll"
+    text.write_text("EU rejects German call\n\nPeter Blackburn\n", encoding="utf-8")
+    assert [detect_input_format(p) for p in (conll, tokens_only, text)] == ["conll", "conll", "text"]
+
+
+def test_predict_module_entry_point(trained: dict[str, Path], tmp_path: Path) -> None:
+    """`python -m neurocrf.cli.predict` finds the configs from any working directory."""
+    text = tmp_path / "in.txt"
+    text.write_text("Mr. Smith works in Paris .\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    env.pop("NEUROCRF_CONFIGS", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "neurocrf.cli.predict", f"ckpt_path={trained['ckpt']}", f"input={text}",
+         "format=jsonl", "output=-", f"paths.log_dir={tmp_path / 'logs'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = json.loads(result.stdout.strip())
+    assert record["tokens"] == ["Mr.", "Smith", "works", "in", "Paris", "."]
+    assert (tmp_path / "logs" / "predict" / "runs").is_dir()  # the run dir came from configs/hydra

