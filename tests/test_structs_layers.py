@@ -109,8 +109,8 @@ def test_training_step_reduces_loss():
             loss = crf(emissions, tags)
             loss.backward()
             optimizer.step()
-            first = float(loss) if first is None else first
-        assert float(loss) < first * 0.5
+            first = loss.item() if first is None else first
+        assert loss.item() < first * 0.5
         assert crf.decode(emissions).tolist() == tags.tolist()
 
 

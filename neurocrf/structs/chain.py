@@ -15,6 +15,10 @@ padding and one extra final step. Rows of length 0 start in END, so their log pa
 Potentials (one dtype): ``start`` ``[*S]``, ``transitions`` ``[*S, C]``, ``end`` ``[*S]``,
 ``emissions`` ``[batch, seq_len, *S]`` and ``lengths`` ``[batch]``.
 
+The log partition and marginals run a rescaled forward-backward in float64 probability space
+(matrix products, several times faster than logsumexp) whenever it can be certified to equal the
+log-space computation (see :class:`_ExpScan`), and the float64 log-space scan otherwise.
+
 Time O(T |S| C) per row for every quantity; training memory O(B T |S|): the hand-written backward
 pass keeps the forward scores only, never a graph of ``[B, T, |S|, C]`` intermediates.
 """
@@ -137,11 +141,15 @@ class Chain:
     def step_spread(self) -> float:
         """Upper bound (nats) on how far one scan step can move any state relative to the best one.
 
-        Infinite when emissions hold ``-inf`` (partial labels): then the log-space scan runs."""
+        ``-inf`` scores (constraints, partial labels) are exact zeros and do not count."""
         if self._spread is None:
             start, moves, end, emissions = self._originals
             with torch.no_grad():
-                emission_spread = (emissions.amax(-1) - emissions.amin(-1)).amax() if emissions.numel() else 0.0
+                emission_spread = 0.0
+                if emissions.numel():
+                    high = emissions.amax(-1)
+                    low = emissions.masked_fill(torch.isneginf(emissions), float("inf")).amin(-1)
+                    emission_spread = torch.where(torch.isfinite(high), high - low, torch.zeros_like(high)).amax()
                 scores = torch.cat([start.reshape(-1), moves.reshape(-1), end.reshape(-1), moves.new_zeros(1)])
                 finite = torch.where(torch.isfinite(scores), scores, torch.zeros_like(scores))
                 bound = 2 * emission_spread + finite.amax() - finite.amin() + math.log(self.original_states + 1)
