@@ -10,6 +10,8 @@ from typing import Any
 _LAZY = {
     "Tagger": "neurocrf.models.tagger",
     "Supertagger": "neurocrf.models.supertagger",
+    "KBestTags": "neurocrf.models.supertagger",
+    "SupertagDataModule": "neurocrf.models.supertag_data",
     "SoftmaxHead": "neurocrf.models.tagger",
     "build_head": "neurocrf.models.tagger",
     "Prediction": "neurocrf.models.prediction",

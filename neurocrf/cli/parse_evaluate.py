@@ -1,0 +1,55 @@
+"""Score predicted discontinuous trees against a gold treebank (``configs/parse_evaluate.yaml``).
+
+    neurocrf-parse-evaluate predictions=parse.discbracket treebank=alpino split=test
+    neurocrf-parse-evaluate predictions=parse.discbracket gold=gold.export
+
+Prints labeled bracket precision / recall / F1, the same on discontinuous brackets (Dis-F1), POS
+accuracy and exact match (:func:`neurocrf.parsing.evaluate` with ``params``, default the
+packaged ``proper.prm``), and writes ``parse_evaluation.json`` / ``.txt`` into ``report_dir``
+(default: the run directory). Sentences are paired by position; their ids must agree.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from neurocrf.cli.utils import CONFIG_DIR, to_plain
+
+log = logging.getLogger(__name__)
+
+
+def evaluate_predictions(cfg: DictConfig) -> dict[str, Any]:
+    """Read gold and predicted trees as configured and score them; returns the scores."""
+    from neurocrf.cli.parse import gold_split
+    from neurocrf.parsing import evaluate, format_report, read_treebank
+
+    if cfg.get("gold"):
+        gold = read_treebank(cfg.gold, cfg.get("gold_format"))
+    elif cfg.get("treebank"):
+        gold = gold_split(to_plain(cfg.treebank), cfg.get("split", "test"))
+    else:
+        raise ValueError("give gold=<treebank file> or treebank=<name> with split=...")
+    pred = read_treebank(cfg.predictions, cfg.get("predictions_format") or "discbracket")
+    scores = evaluate(gold, pred, cfg.get("params"), check_ids=bool(cfg.get("check_ids", True)))
+    text = format_report(scores)
+    print(text)
+    directory = Path(cfg.get("report_dir") or cfg.paths.output_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "parse_evaluation.json").write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+    (directory / "parse_evaluation.txt").write_text(text + "\n", encoding="utf-8")
+    return scores
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="parse_evaluate")
+def main(cfg: DictConfig) -> float:
+    return float(evaluate_predictions(cfg)["f1"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Train a supertagger on a treebank, test it, and parse with the best checkpoint (``configs/supertag.yaml``).
+
+    python -m neurocrf.cli.supertag_train                        # the tiny generated treebank
+    neurocrf-supertag treebank=alpino trainer.max_epochs=30
+    neurocrf-supertag treebank=alpino encoder=transformer trainer=gpu
+
+Steps: treebank -> :class:`~neurocrf.models.supertag_data.SupertagDataModule` (split, supertags
+extracted) -> vocabularies from the training words -> :class:`Supertagger` -> fit (checkpoints
+by ``val/supertag_acc``) -> test (supertag and preterminal accuracy) -> with the best checkpoint,
+parse the splits in ``final_parse.splits`` (default dev and test) and report F1, Dis-F1, coverage
+and speed (``parse_<split>.discbracket`` and ``parse_<split>_report.{json,txt}`` in the run
+directory). Returns ``cfg.optimized_metric`` for sweepers.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import hydra
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig
+
+from neurocrf.cli.utils import (
+    CONFIG_DIR,
+    float_metrics,
+    instantiate_list,
+    log_config,
+    metric_value,
+    set_seed,
+    to_plain,
+)
+
+log = logging.getLogger(__name__)
+
+
+def build_datamodule(cfg: DictConfig) -> Any:
+    """The (set up) supertag data module of ``cfg.treebank`` with the ``cfg.data`` loader options."""
+    from neurocrf.models.supertag_data import SupertagDataModule
+
+    data = dict(to_plain(cfg.get("data")) or {})
+    data.setdefault("seed", cfg.get("seed") or 0)
+    datamodule = SupertagDataModule(treebank=to_plain(cfg.treebank), **data)
+    datamodule.setup("fit")
+    return datamodule
+
+
+def build_model(cfg: DictConfig, datamodule: Any) -> Any:
+    """A new Supertagger for ``datamodule``, or the one saved in ``cfg.ckpt_path`` (to resume)."""
+    from neurocrf.encoders import build_vocabularies
+    from neurocrf.models.supertagger import Supertagger
+
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path:
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        hparams = dict(checkpoint["hyper_parameters"])
+        if hparams["supertags"] != datamodule.supertags:
+            raise ValueError(f"{ckpt_path}: the checkpoint's supertags differ from the treebank's")
+        return Supertagger(**hparams, restore=True)
+    encoder = to_plain(cfg.encoder)
+    vocabularies = build_vocabularies(encoder, [s.words for s in datamodule.corpora["train"]])
+    options = datamodule.treebank_config
+    run_config = {key: value for key, value in (to_plain(cfg) or {}).items() if key != "hydra"}
+    return Supertagger(
+        encoder=encoder,
+        vocabularies=vocabularies,
+        supertags=list(datamodule.supertags),
+        preterminals=list(datamodule.preterminals),
+        roots=list(datamodule.roots),
+        optimizer=to_plain(cfg.optimizer),
+        scheduler=to_plain(cfg.get("scheduler")),
+        heads=to_plain(cfg.get("heads")),
+        parsing=to_plain(cfg.get("parsing")),
+        transform={"move_punctuation": bool(options["move_punctuation"]), "h": int(options["h"]),
+                   "v": int(options["v"]), "treebank": options.get("name")},
+        config=run_config,
+    )
+
+
+def final_parse(cfg: DictConfig, model: Any, datamodule: Any) -> dict[str, float]:
+    """Parse ``cfg.final_parse.splits`` with ``model``; returns ``parse_<split>/<metric>`` floats."""
+    from neurocrf.cli.parse import summarize, tag_and_parse, write_run
+
+    settings = to_plain(cfg.get("final_parse")) or {}
+    parsing = model.parsing
+    metrics: dict[str, float] = {}
+    for split in settings.get("splits", ["dev", "test"]):
+        gold = datamodule.gold_treebank(split)
+        if not gold:
+            continue
+        run = tag_and_parse(model, [s.id for s in gold], [s.words for s in gold],
+                            k=int(settings.get("k") or parsing["k"]),
+                            time_limit=settings.get("time_limit", parsing["time_limit"]),
+                            max_items=parsing["max_items"],
+                            batch_size=int(settings.get("batch_size", 64)),
+                            fallback_k=settings.get("fallback_k"))
+        corpus = datamodule.corpora[split]
+        report = summarize(run, gold, params=settings.get("params"),
+                           gold_supertags=[s.supertags for s in corpus],
+                           gold_preterminals=[s.preterminals for s in corpus],
+                           known_supertags=model.supertags)
+        paths = write_run(run, report, Path(cfg.paths.output_dir) / f"parse_{split}.discbracket")
+        for key in ("f1", "dis_f1", "coverage", "pos_accuracy", "exact_match", "supertag_accuracy",
+                    "sentences_per_second", "parsing_sentences_per_second"):
+            metrics[f"parse_{split}/{key}"] = float(report[key])
+        print(f"{split}: F1 {100 * report['f1']:.2f}  Dis-F1 {100 * report['dis_f1']:.2f}  "
+              f"coverage {100 * report['coverage']:.2f}  supertag acc {100 * report['supertag_accuracy']:.2f}"
+              f"  ({report['sentences_per_second']:.1f} sentences/s; report {paths[2]})")
+    return metrics
+
+
+def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
+    """Fit, test and parse; returns the metrics (floats) and the objects built."""
+    from neurocrf.models.supertagger import Supertagger
+
+    set_seed(cfg.get("seed"))
+    datamodule = build_datamodule(cfg)
+    summary = datamodule.summary()
+    log.info("data: %s", summary)
+    model = build_model(cfg, datamodule)
+    datamodule.set_input_builder(getattr(model.encoder, "preparer", model.encoder.prepare))
+
+    callbacks: list[pl.Callback] = instantiate_list(cfg.get("callbacks"), "callback")
+    loggers = instantiate_list(cfg.get("logger"), "logger")
+    trainer: pl.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
+                                                  _convert_="all")
+    log_config(loggers, cfg, {"data": summary})
+    objects: dict[str, Any] = {"cfg": cfg, "datamodule": datamodule, "model": model, "trainer": trainer}
+    if cfg.get("train", True):
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    metrics = float_metrics(trainer.callback_metrics)
+
+    callback = trainer.checkpoint_callback
+    best = (getattr(callback, "best_model_path", "") if callback is not None else "") or None
+    objects["ckpt_path"] = best
+    if cfg.get("test", True):
+        trainer.test(model, datamodule=datamodule, ckpt_path=best)
+        metrics.update(float_metrics(trainer.callback_metrics))
+    if cfg.get("final_parse") and cfg.final_parse.get("splits") and trainer.is_global_zero:
+        parser_model = Supertagger.load(best).to(model.device) if best else model.eval()
+        metrics.update(final_parse(cfg, parser_model, datamodule))
+    if trainer.is_global_zero:
+        print(f"test/supertag_acc = {metrics.get('test/supertag_acc', float('nan')):.4f}")
+        print(f"checkpoint: {best or '(none: current weights)'}")
+    return metrics, objects
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="supertag")
+def main(cfg: DictConfig) -> float | None:
+    metrics, _ = train(cfg)
+    return metric_value(metrics, cfg.get("optimized_metric"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,420 @@
+"""Supertag corpora: a treebank read, split and turned into words + supertags + preterminals.
+
+A *treebank config* (``configs/treebank/*.yaml``, a plain dict) says where the trees are and how
+they are prepared::
+
+    path: ${paths.shared_data}/alpino/cdb   # a file or an Alpino folder
+    format: alpino                          # alpino | export | discbracket | bracket | null (guess)
+    reader: {}                              # options of neurocrf.parsing.read_treebank
+    limit: null                             # keep only the first N sentences (debugging)
+    move_punctuation: true                  # re-attach punctuation inside the tree first
+    dev: 0.1                                # split fractions (deterministic, by sentence id)
+    test: 0.1
+    h: 0                                    # markovization of the binarization
+    v: 1
+    generate: null                          # {sentences, seed, max_words}: write a random
+                                            # treebank at ``path`` if it does not exist (tests)
+
+:func:`load_treebank` returns the split treebank (trees as read: the gold standard of
+evaluation); :func:`supertag_corpus` extracts one supertag and one preterminal per token from the
+prepared trees; :class:`SupertagDataModule` batches them for the :class:`Supertagger`.
+
+The supertag corpus file (:func:`write_supertag_corpus`) is a column file, one token per line::
+
+    word<TAB>supertag<TAB>preterminal
+
+with a blank line after each sentence (supertags contain spaces, never tabs).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from neurocrf.parsing import (
+    move_punctuation_sentence,
+    prepare_tree,
+    random_tree,
+    read_treebank,
+    split_treebank,
+    write_treebank,
+)
+from neurocrf.parsing.supertags import extract_from_prepared
+from neurocrf.parsing.tree import TreebankSentence
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "dev", "test")
+
+TREEBANK_DEFAULTS: dict[str, Any] = {
+    "name": None,
+    "path": None,
+    "format": None,
+    "reader": {},
+    "limit": None,
+    "move_punctuation": True,
+    "dev": 0.1,
+    "test": 0.1,
+    "h": 0,
+    "v": 1,
+    "generate": None,
+}
+
+
+@dataclass
+class SupertagSentence:
+    """One sentence of a supertag corpus: ``words``, ``supertags`` and ``preterminals`` ``[n]``."""
+
+    id: str
+    words: list[str]
+    supertags: list[str]
+    preterminals: list[str]
+
+
+def treebank_options(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``config`` completed with :data:`TREEBANK_DEFAULTS`; unknown keys raise ValueError."""
+    config = dict(config or {})
+    unknown = sorted(set(config) - set(TREEBANK_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown treebank option(s) {unknown}; expected {sorted(TREEBANK_DEFAULTS)}")
+    options = {**TREEBANK_DEFAULTS, **config}
+    if not options["path"]:
+        raise ValueError("treebank config needs a 'path'")
+    return options
+
+
+# ---------------------------------------------------------------------------- generated treebank
+
+def write_sample_treebank(path: str | Path, sentences: int = 80, seed: int = 7,
+                          max_words: int = 8) -> Path:
+    """Write a random discontinuous treebank (discbracket, ids 0..N-1) for tests and demos.
+
+    Words are drawn per POS tag from small lists (``n3``, ``v1`` ...), so a tagger can learn
+    something, and every tree has root ``ROOT`` with at least two children (no unary root)."""
+    rng = random.Random(seed)
+    out: list[TreebankSentence] = []
+    for i in range(sentences):
+        n = rng.randint(2, max(2, max_words))
+        while True:
+            tree = random_tree(rng, n, p_disc=0.3, p_unary=0.1, max_children=3)
+            if len(tree.children) > 1:
+                break
+        words = [""] * n
+        for index, pos in tree.pos():
+            words[index] = f"{pos.lower()}{rng.randint(0, 9)}"
+        out.append(TreebankSentence(str(i), words, tree))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_treebank(path, out, "discbracket", write_ids=True)
+    return path
+
+
+# ---------------------------------------------------------------------------- reading, extraction
+
+def load_treebank(config: Mapping[str, Any]) -> dict[str, list[TreebankSentence]]:
+    """Read and split the treebank described by ``config`` (see the module docstring).
+
+    Returns ``{"train", "dev", "test"}`` -> sentences as read (punctuation not moved)."""
+    options = treebank_options(config)
+    path = Path(options["path"])
+    if not path.exists():
+        if options["generate"]:
+            write_sample_treebank(path, **dict(options["generate"]))
+            log.info("generated a random treebank at %s", path)
+        else:
+            raise FileNotFoundError(f"treebank not found: {path} (set treebank.path or NEUROCRF_DATA)")
+    reader = dict(options["reader"] or {})
+    if options["limit"] is not None and (options["format"] or "") == "alpino":
+        reader.setdefault("limit", int(options["limit"]))
+    sentences = read_treebank(path, options["format"], **reader)
+    if options["limit"] is not None:
+        sentences = sentences[: int(options["limit"])]
+    if not sentences:
+        raise ValueError(f"treebank {path} holds no sentences")
+    return split_treebank(sentences, dev=float(options["dev"]), test=float(options["test"]))
+
+
+def prepare_for_extraction(sentence: TreebankSentence, move_punctuation: bool) -> TreebankSentence:
+    """The sentence with punctuation re-attached (when asked), as the supertags see it."""
+    return move_punctuation_sentence(sentence) if move_punctuation else sentence
+
+
+def supertag_corpus(sentences: Sequence[TreebankSentence], *, move_punctuation: bool = True,
+                    h: int = 0, v: int = 1) -> tuple[list[SupertagSentence], set[str]]:
+    """Supertags and preterminals of every sentence, and the root labels of the prepared trees.
+
+    Raises ValueError naming the sentence when a tree cannot be turned into supertags."""
+    corpus: list[SupertagSentence] = []
+    roots: set[str] = set()
+    for sentence in sentences:
+        sentence = prepare_for_extraction(sentence, move_punctuation)
+        try:
+            prepared = prepare_tree(sentence.tree, h=h, v=v)
+            tags = extract_from_prepared(prepared, len(sentence.words))
+        except ValueError as err:
+            raise ValueError(f"sentence {sentence.id}: {err}") from None
+        preterminals = [""] * len(sentence.words)
+        for index, label in prepared.pos():
+            preterminals[index] = label
+        roots.add(prepared.label)
+        corpus.append(SupertagSentence(sentence.id, list(sentence.words), [str(t) for t in tags],
+                                       preterminals))
+    return corpus, roots
+
+
+def corpus_statistics(corpora: Mapping[str, Sequence[SupertagSentence]],
+                      treebanks: Mapping[str, Sequence[TreebankSentence]] | None = None) -> dict[str, Any]:
+    """Plain-value statistics of the split supertag corpora (JSON-ready).
+
+    Per split: sentences, tokens, distinct supertags and preterminals; for dev/test also the
+    supertags not seen in train (distinct and token share). Overall: the same on all splits,
+    plus ``discontinuity_rate`` (share of sentences whose tree has a discontinuous constituent)
+    and ``max_fanout`` of the trees in ``treebanks`` (when given; pass them with punctuation
+    moved to measure what the supertags see)."""
+    train_counts = Counter(t for s in corpora.get("train", ()) for t in s.supertags)
+    train_tags = set(train_counts)
+    train_pts = {p for s in corpora.get("train", ()) for p in s.preterminals}
+    stats: dict[str, Any] = {}
+    all_tags: Counter[str] = Counter()
+    all_pts: Counter[str] = Counter()
+    for split, sentences in corpora.items():
+        tags = Counter(t for s in sentences for t in s.supertags)
+        pts = Counter(p for s in sentences for p in s.preterminals)
+        all_tags.update(tags)
+        all_pts.update(pts)
+        entry: dict[str, Any] = {
+            "sentences": len(sentences),
+            "tokens": sum(tags.values()),
+            "supertags": len(tags),
+            "preterminals": len(pts),
+        }
+        if split != "train":
+            unseen = {t: c for t, c in tags.items() if t not in train_tags}
+            entry["unseen_supertags"] = len(unseen)
+            entry["unseen_supertag_tokens"] = sum(unseen.values())
+            entry["unseen_supertag_rate"] = sum(unseen.values()) / max(sum(tags.values()), 1)
+            entry["unseen_preterminals"] = len([p for p in pts if p not in train_pts])
+        stats[split] = entry
+    stats["total"] = {
+        "sentences": sum(e["sentences"] for e in stats.values()),
+        "tokens": sum(all_tags.values()),
+        "supertags": len(all_tags),
+        "preterminals": len(all_pts),
+        "supertags_only_in_dev_test": len([t for t in all_tags if t not in train_tags]),
+        "singleton_supertags_train": sum(1 for c in train_counts.values() if c == 1),
+    }
+    if treebanks is not None:
+        trees = [s.tree for split in treebanks.values() for s in split]
+        discontinuous = sum(any(node.fanout() > 1 for node in tree.subtrees()) for tree in trees)
+        stats["total"]["discontinuity_rate"] = discontinuous / max(len(trees), 1)
+        stats["total"]["max_fanout"] = max((node.fanout() for tree in trees for node in tree.subtrees()),
+                                           default=1)
+    return stats
+
+
+def write_supertag_corpus(path: str | Path, sentences: Sequence[SupertagSentence]) -> None:
+    """Write ``word<TAB>supertag<TAB>preterminal`` lines, a blank line after each sentence."""
+    from neurocrf.data.conll import Sentence, write_conll
+
+    rows = [Sentence(tokens=s.words, tags=s.supertags) for s in sentences]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_conll(path, rows, extra_tag_columns={"preterminal": [s.preterminals for s in sentences]},
+                docstart=None)
+
+
+def read_supertag_corpus(path: str | Path) -> list[SupertagSentence]:
+    """Read a file written by :func:`write_supertag_corpus` (ids: 0-based sentence numbers).
+
+    Raises ``neurocrf.data.conll.ConllFormatError`` naming file and line on a malformed line."""
+    from neurocrf.data.conll import read_conll
+
+    rows = read_conll(path, token_column=0, tag_column=1, delimiter="\t", docstart=None,
+                      min_columns=3)
+    return [SupertagSentence(str(i), list(r.tokens), list(r.tags or []),
+                             [columns[2] for columns in (r.columns or [])])
+            for i, r in enumerate(rows)]
+
+
+# ---------------------------------------------------------------------------- data module
+
+class SupertagDataModule(pl.LightningDataModule):
+    """Batches of a supertag corpus built from a treebank config.
+
+    ``setup`` reads and splits the treebank, extracts the supertags, and fixes the label lists
+    from the training split: ``supertags`` and ``preterminals`` (most frequent first, ties
+    alphabetical) and ``roots`` (root labels of the prepared training trees, for the parser).
+    Dev/test labels unseen in training get id -1: ignored by the loss, always wrong in accuracy.
+
+    Batches are dicts: ``tokens`` (list of word lists), ``supertags`` / ``preterminals``
+    LongTensor ``[B, T]`` (-1 for padding and unknown labels), ``mask`` BoolTensor ``[B, T]``,
+    ``index`` LongTensor ``[B]`` (position in the split), ``inputs`` (the input builder's
+    tensors, see :meth:`set_input_builder`).
+    """
+
+    def __init__(self, treebank: Mapping[str, Any], batch_size: int = 32, eval_batch_size: int = 64,
+                 num_workers: int = 0, seed: int = 0, bucket: bool = True) -> None:
+        super().__init__()
+        self.treebank_config = treebank_options(treebank)
+        self.batch_size = int(batch_size)
+        self.eval_batch_size = int(eval_batch_size)
+        self.num_workers = int(num_workers)
+        self.seed = int(seed)
+        self.bucket = bool(bucket)
+        self.treebanks: dict[str, list[TreebankSentence]] = {}
+        self.corpora: dict[str, list[SupertagSentence]] = {}
+        self.supertags: list[str] = []
+        self.preterminals: list[str] = []
+        self.roots: list[str] = []
+        self.input_builder: Callable[[list[list[str]]], dict[str, Tensor]] | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.corpora:
+            return
+        options = self.treebank_config
+        self.treebanks = load_treebank(options)
+        roots: set[str] = set()
+        for split in SPLITS:
+            corpus, split_roots = supertag_corpus(self.treebanks[split],
+                                                  move_punctuation=bool(options["move_punctuation"]),
+                                                  h=int(options["h"]), v=int(options["v"]))
+            self.corpora[split] = corpus
+            if split == "train":
+                roots = split_roots
+        if not self.corpora["train"]:
+            raise ValueError(f"treebank {options['path']}: the training split is empty")
+        self.supertags = _by_frequency(t for s in self.corpora["train"] for t in s.supertags)
+        self.preterminals = _by_frequency(p for s in self.corpora["train"] for p in s.preterminals)
+        self.roots = sorted(roots)
+
+    def summary(self) -> dict[str, Any]:
+        """Sentences per split and label counts (plain values)."""
+        return {**{f"{split}_sentences": len(self.corpora.get(split, [])) for split in SPLITS},
+                "supertags": len(self.supertags), "preterminals": len(self.preterminals),
+                "roots": list(self.roots)}
+
+    def set_input_builder(self, builder: Callable[[list[list[str]]], dict[str, Tensor]]) -> None:
+        """``tokens -> encoder inputs`` (the encoder's ``preparer``), run in the collate step."""
+        self.input_builder = builder
+
+    def gold_treebank(self, split: str) -> list[TreebankSentence]:
+        """The trees of ``split`` as read (the gold standard of parse evaluation)."""
+        return self.treebanks[split]
+
+    # -------------------------------------------------------------- loaders
+    def train_dataloader(self) -> DataLoader:
+        return self.dataloader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self.dataloader("dev")
+
+    def test_dataloader(self) -> DataLoader:
+        return self.dataloader("test")
+
+    def dataloader(self, split: str, shuffle: bool = False) -> DataLoader:
+        """Batches of ``split`` (in order unless ``shuffle``; training batches are length-bucketed)."""
+        if split not in self.corpora:
+            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS} (call setup first)")
+        collate = SupertagCollator(self.supertags, self.preterminals, self.input_builder)
+        corpus = self.corpora[split]
+        dataset = _Indexed(corpus)
+        if shuffle:
+            generator = torch.Generator().manual_seed(self.seed)
+            sampler = BucketBatchSampler([len(s.words) for s in corpus], self.batch_size, generator,
+                                         self.bucket)
+            return DataLoader(dataset, batch_sampler=sampler, num_workers=self.num_workers,
+                              collate_fn=collate)
+        return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False,
+                          num_workers=self.num_workers, collate_fn=collate)
+
+
+class _Indexed(torch.utils.data.Dataset):
+    """``i -> (i, sentence)``, so that batches know their sentences' positions."""
+
+    def __init__(self, corpus: Sequence[SupertagSentence]) -> None:
+        self.corpus = corpus
+
+    def __len__(self) -> int:
+        return len(self.corpus)
+
+    def __getitem__(self, i: int) -> tuple[int, SupertagSentence]:
+        return i, self.corpus[i]
+
+
+def _by_frequency(items: Any) -> list[str]:
+    counts = Counter(items)
+    return sorted(counts, key=lambda item: (-counts[item], item))
+
+
+class BucketBatchSampler(torch.utils.data.Sampler):
+    """Shuffled batches of sentences of similar length (``bucket``) or plain shuffled batches.
+
+    Sorting a shuffled list by length within chunks of 50 batches keeps batches random while
+    reducing padding."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, generator: torch.Generator,
+                 bucket: bool = True) -> None:
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.generator = generator
+        self.bucket = bucket
+
+    def __iter__(self):
+        order = torch.randperm(len(self.lengths), generator=self.generator).tolist()
+        batches: list[list[int]] = []
+        if self.bucket:
+            chunk = self.batch_size * 50
+            for start in range(0, len(order), chunk):
+                part = sorted(order[start:start + chunk], key=lambda i: self.lengths[i])
+                batches.extend(part[i:i + self.batch_size] for i in range(0, len(part), self.batch_size))
+            perm = torch.randperm(len(batches), generator=self.generator).tolist()
+            batches = [batches[i] for i in perm]
+        else:
+            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        return iter(batches)
+
+    def __len__(self) -> int:
+        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
+
+
+class SupertagCollator:
+    """Sentences -> a batch dict (see :class:`SupertagDataModule`)."""
+
+    def __init__(self, supertags: Sequence[str], preterminals: Sequence[str],
+                 input_builder: Callable[[list[list[str]]], dict[str, Tensor]] | None) -> None:
+        self.supertag_ids = {t: i for i, t in enumerate(supertags)}
+        self.preterminal_ids = {p: i for i, p in enumerate(preterminals)}
+        self.input_builder = input_builder
+
+    def __call__(self, items: Sequence[tuple[int, SupertagSentence]]) -> dict[str, Any]:
+        index = [i for i, _ in items]
+        sentences = [s for _, s in items]
+        width = max((len(s.words) for s in sentences), default=0)
+        batch = len(sentences)
+        supertags = torch.full((batch, width), -1, dtype=torch.long)
+        preterminals = torch.full((batch, width), -1, dtype=torch.long)
+        mask = torch.zeros(batch, width, dtype=torch.bool)
+        for b, s in enumerate(sentences):
+            n = len(s.words)
+            mask[b, :n] = True
+            supertags[b, :n] = torch.tensor([self.supertag_ids.get(t, -1) for t in s.supertags], dtype=torch.long)
+            preterminals[b, :n] = torch.tensor([self.preterminal_ids.get(p, -1) for p in s.preterminals],
+                                               dtype=torch.long)
+        tokens = [list(s.words) for s in sentences]
+        return {
+            "tokens": tokens,
+            "supertags": supertags,
+            "preterminals": preterminals,
+            "mask": mask,
+            "index": torch.tensor(list(index), dtype=torch.long),
+            "inputs": self.input_builder(tokens) if self.input_builder is not None else {},
+        }

@@ -1,0 +1,374 @@
+"""The supertagger: one encoder, two softmax heads (supertag, preterminal), k-best output.
+
+::
+
+    words --encoder--> [B, T, H] --dropout--> linear -> supertag scores     [B, T, S]
+                                         \\--> linear -> preterminal scores [B, T, P]
+
+Loss: the sum of the two token-level cross-entropies (each averaged over the tokens of the
+batch). For parsing (Ruprecht & Mörbitz 2021), each token keeps its ``k`` most probable supertags
+with weights ``-log p`` where the ``k`` probabilities are renormalised to sum to 1
+(:meth:`Supertagger.predict_kbest`); the parser (:mod:`neurocrf.parsing.parser`) takes them as
+plain ``(string, weight)`` lists.
+
+Built from plain values only (saved as hyperparameters), so checkpoints load with
+``weights_only=True``::
+
+    model = Supertagger.load("logs/supertag/runs/.../checkpoints/last.ckpt")
+    kbest = model.predict_kbest([["Het", "regent", "."]], k=10)
+    kbest[0].candidates[1][:2]   # [('SMAIN 2 x0t @pt -', 0.04), ...]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from pytorch_lightning.trainer.states import TrainerFn
+from torch import Tensor, nn
+
+from neurocrf.encoders import build_encoder
+from neurocrf.models.optim import build_optimizer, build_scheduler
+from neurocrf.models.tagger import plain
+from neurocrf.parsing.parser import Parser, candidates_from_topk
+
+log = logging.getLogger(__name__)
+
+PARSING_DEFAULTS: dict[str, Any] = {
+    "k": 10,  # supertags per token handed to the parser
+    "time_limit": 5.0,  # seconds per sentence before the parser falls back to NOPARSE
+    "max_items": 1_000_000,  # chart items per sentence before falling back
+    "val_every_n_epochs": 0,  # parse the dev set every n validation epochs (0: never)
+    "val_max_sentences": None,  # parse only the first N dev sentences at validation (None: all)
+    "val_time_limit": 1.0,  # per-sentence time limit of the validation parses
+}
+
+
+@dataclass
+class KBestTags:
+    """Supertagger output for one sentence.
+
+    ``candidates[i]``: the ``k`` best ``(supertag, weight)`` of token ``i``, best first, weights
+    ``-log p`` with the ``k`` probabilities renormalised; ``preterminals[i]``: the predicted
+    preterminal (collapsed POS chain); ``supertag_probs[i]``: the unrenormalised probability of
+    the best supertag (a confidence)."""
+
+    tokens: list[str]
+    candidates: list[list[tuple[str, float]]]
+    preterminals: list[str]
+    supertag_probs: list[float] = field(default_factory=list)
+
+    @property
+    def best(self) -> list[str]:
+        """The 1-best supertag per token."""
+        return [c[0][0] for c in self.candidates]
+
+
+class Supertagger(pl.LightningModule):
+    """Encoder + supertag head + preterminal head.
+
+    Args:
+        encoder: encoder config (``name`` bilstm or transformer, plus options).
+        vocabularies: the encoder's vocabularies (:func:`neurocrf.encoders.build_vocabularies`).
+        supertags: supertag strings (ids index it), from the training split.
+        preterminals: preterminal labels (ids index it).
+        roots: root labels of the prepared training trees (the parser's goal labels).
+        optimizer, scheduler: see :mod:`neurocrf.models.optim`.
+        heads: ``dropout`` before the two projections (default 0.2), ``pos_weight`` of the
+            preterminal loss (default 1.0).
+        parsing: parser settings, see :data:`PARSING_DEFAULTS`.
+        transform: how the trees were prepared (``move_punctuation``, ``h``, ``v``), for the record.
+        config: the resolved run config (optional, kept for the record).
+        restore: weights will come from a checkpoint (not a hyperparameter).
+    """
+
+    def __init__(
+        self,
+        encoder: dict[str, Any],
+        vocabularies: dict[str, Any],
+        supertags: list[str],
+        preterminals: list[str],
+        roots: list[str],
+        optimizer: dict[str, Any] | None = None,
+        scheduler: dict[str, Any] | None = None,
+        heads: dict[str, Any] | None = None,
+        parsing: dict[str, Any] | None = None,
+        transform: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
+        restore: bool = False,
+    ) -> None:
+        super().__init__()
+        hparams = {
+            "encoder": plain(encoder, "encoder"),
+            "vocabularies": plain(vocabularies, "vocabularies"),
+            "supertags": plain(supertags, "supertags"),
+            "preterminals": plain(preterminals, "preterminals"),
+            "roots": plain(roots, "roots"),
+            "optimizer": plain(optimizer or {"name": "adam", "lr": 2e-3}, "optimizer"),
+            "scheduler": plain(scheduler, "scheduler"),
+            "heads": plain(heads or {}, "heads"),
+            "parsing": plain(parsing or {}, "parsing"),
+            "transform": plain(transform or {}, "transform"),
+            "config": plain(config, "config"),
+        }
+        self.save_hyperparameters(hparams, logger=False)
+        for name, labels in (("supertags", supertags), ("preterminals", preterminals)):
+            if not labels or len(set(labels)) != len(labels):
+                raise ValueError(f"{name} must be a non-empty list without duplicates")
+        if not roots:
+            raise ValueError("roots must name at least one root label")
+        unknown = sorted(set(hparams["parsing"]) - set(PARSING_DEFAULTS))
+        if unknown:
+            raise ValueError(f"unknown parsing option(s) {unknown}; expected {sorted(PARSING_DEFAULTS)}")
+        self.supertags: list[str] = list(supertags)
+        self.preterminals: list[str] = list(preterminals)
+        self.roots: list[str] = list(roots)
+        self.parsing: dict[str, Any] = {**PARSING_DEFAULTS, **hparams["parsing"]}
+        self.optimizer_config: dict[str, Any] = hparams["optimizer"]
+        self.scheduler_config: dict[str, Any] | None = hparams["scheduler"]
+        heads = hparams["heads"]
+        self.pos_weight = float(heads.get("pos_weight", 1.0))
+
+        self.encoder = build_encoder(hparams["encoder"], hparams["vocabularies"], len(self.supertags),
+                                     restore=restore)
+        if self.encoder.emits_scores:
+            raise ValueError(f"encoder {hparams['encoder'].get('name')!r} emits tag scores; the "
+                             "supertagger needs a hidden-state encoder (bilstm or transformer)")
+        self.dropout = nn.Dropout(float(heads.get("dropout", 0.2)))
+        self.supertag_head = nn.Linear(self.encoder.output_dim, len(self.supertags))
+        self.preterminal_head = nn.Linear(self.encoder.output_dim, len(self.preterminals))
+
+        self._counts: dict[str, Tensor] = {}
+        self._topk: dict[str, list[tuple[int, list[list[int]], list[list[float]], list[int]]]] = {}
+        self.last_parse: dict[str, Any] | None = None  # result of the last validation parse
+        self.val_acc_best = 0.0
+
+    # ------------------------------------------------------------------ scoring
+
+    def forward(self, inputs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """Supertag scores ``[B, T, S]`` and preterminal scores ``[B, T, P]`` (unnormalised)."""
+        hidden = self.dropout(self.encoder(inputs))
+        return self.supertag_head(hidden), self.preterminal_head(hidden)
+
+    def _scores(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+        supertag_scores, pt_scores = self(batch["inputs"])
+        mask = batch["mask"]
+        if supertag_scores.shape[:2] != mask.shape:
+            raise ValueError(f"encoder output {tuple(supertag_scores.shape)} does not match the "
+                             f"batch mask {tuple(mask.shape)}: the encoder must return one vector per word")
+        return supertag_scores, pt_scores
+
+    def loss(self, supertag_scores: Tensor, pt_scores: Tensor, batch: Mapping[str, Any]) -> Tensor:
+        """Sum of the token-averaged cross-entropies of both heads (gold -1 is ignored)."""
+        mask = batch["mask"]
+        gold_st = batch["supertags"].masked_fill(~mask, -1)
+        gold_pt = batch["preterminals"].masked_fill(~mask, -1)
+        st_loss = _cross_entropy(supertag_scores, gold_st)
+        pt_loss = _cross_entropy(pt_scores, gold_pt)
+        return st_loss + self.pos_weight * pt_loss
+
+    # ------------------------------------------------------------------ Lightning steps
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        loss = self.loss(*self._scores(batch), batch)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True,
+                 batch_size=len(batch["tokens"]))
+        return loss
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluation_step(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluation_step(batch, "test")
+
+    def on_validation_epoch_start(self) -> None:
+        self._reset("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._reset("test")
+
+    def _reset(self, stage: str) -> None:
+        self._counts[stage] = torch.zeros(3, dtype=torch.float64)  # correct supertags, preterminals, tokens
+        self._topk[stage] = []
+
+    def _parse_due(self, stage: str) -> bool:
+        # only while fitting: trainer.validate may run on another split than the dev treebank
+        if (stage != "val" or self._trainer is None or self.trainer.sanity_checking
+                or self.trainer.state.fn != TrainerFn.FITTING):
+            return False
+        every = int(self.parsing["val_every_n_epochs"] or 0)
+        if every <= 0:
+            return False
+        return (self.current_epoch + 1) % every == 0 or self.current_epoch + 1 == self.trainer.max_epochs
+
+    def _evaluation_step(self, batch: dict[str, Any], stage: str) -> None:
+        supertag_scores, pt_scores = self._scores(batch)
+        mask = batch["mask"]
+        loss = self.loss(supertag_scores, pt_scores, batch)
+        self.log(f"{stage}/loss", loss, on_epoch=True, sync_dist=True, batch_size=len(batch["tokens"]))
+        pred_st = supertag_scores.argmax(-1)
+        pred_pt = pt_scores.argmax(-1)
+        correct_st = ((pred_st == batch["supertags"]) & mask).sum()
+        correct_pt = ((pred_pt == batch["preterminals"]) & mask).sum()
+        total = mask.sum()
+        counts = torch.stack([correct_st, correct_pt, total]).double().cpu()
+        self._counts.setdefault(stage, torch.zeros(3, dtype=torch.float64))
+        self._counts[stage] += counts
+        if self._parse_due(stage):
+            k = min(int(self.parsing["k"]), len(self.supertags))
+            log_probs = supertag_scores.float().log_softmax(-1)
+            top_lp, top_ids = log_probs.topk(k, dim=-1)  # [B, T, k]
+            lengths = mask.sum(-1).tolist()
+            for b, n in enumerate(lengths):
+                self._topk.setdefault(stage, []).append((
+                    int(batch["index"][b]), top_ids[b, :n].tolist(), top_lp[b, :n].tolist(),
+                    pred_pt[b, :n].tolist()))
+
+    def on_validation_epoch_end(self) -> None:
+        self._epoch_end("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._epoch_end("test")
+
+    def _epoch_end(self, stage: str) -> None:
+        counts = self._counts.get(stage, torch.zeros(3, dtype=torch.float64)).to(self.device)
+        if self._trainer is not None and self.trainer.world_size > 1:
+            counts = self.trainer.strategy.reduce(counts, reduce_op="sum")
+        total = max(float(counts[2]), 1.0)
+        self.log(f"{stage}/supertag_acc", float(counts[0]) / total, sync_dist=False, prog_bar=True)
+        self.log(f"{stage}/pos_acc", float(counts[1]) / total, sync_dist=False)
+        if stage == "val":
+            if not self.trainer.sanity_checking:
+                self.val_acc_best = max(self.val_acc_best, float(counts[0]) / total)
+            self.log("val/supertag_acc_best", self.val_acc_best)
+        if self._topk.get(stage):
+            result = self._parse_records(stage)
+            if result is not None:
+                self.last_parse = result
+                self.log(f"{stage}/f1", result["f1"])
+                self.log(f"{stage}/dis_f1", result["dis_f1"])
+                self.log(f"{stage}/coverage", result["coverage"])
+        self._topk[stage] = []
+
+    def _parse_records(self, stage: str) -> dict[str, Any] | None:
+        """Parse the stored top-k of the dev set and score it against the datamodule's trees."""
+        from neurocrf.parsing import evaluate
+        from neurocrf.parsing.tree import TreebankSentence
+
+        records = self._topk[stage]
+        if self.trainer.world_size > 1:
+            import torch.distributed as dist
+
+            gathered: list[Any] = [None] * self.trainer.world_size
+            dist.all_gather_object(gathered, records)
+            records = [r for part in gathered for r in part]
+        datamodule = getattr(self.trainer, "datamodule", None)
+        gold_of = getattr(datamodule, "gold_treebank", None)
+        if gold_of is None:
+            log.warning("validation parse skipped: the datamodule has no gold_treebank(split)")
+            return None
+        gold = gold_of("dev" if stage == "val" else "test")
+        unique = {r[0]: r for r in records}
+        order = sorted(unique)
+        limit = self.parsing["val_max_sentences"]
+        if limit is not None:
+            order = order[: int(limit)]
+        parser = Parser(self.roots, k=int(self.parsing["k"]), time_limit=self.parsing["val_time_limit"],
+                        max_items=self.parsing["max_items"])
+        golds, preds, fallbacks = [], [], 0
+        for index in order:
+            _, ids, lps, pts = unique[index]
+            sentence = gold[index]
+            candidates = candidates_from_topk(ids, lps, self.supertags)
+            result = parser.parse(sentence.words, candidates, [self.preterminals[p] for p in pts])
+            fallbacks += result.fallback
+            golds.append(sentence)
+            preds.append(TreebankSentence(sentence.id, sentence.words, result.tree))
+        if not golds:
+            return None
+        scores = evaluate(golds, preds)
+        return {"f1": scores["f1"], "dis_f1": scores["dis_f1"],
+                "coverage": 1.0 - fallbacks / len(golds), "sentences": len(golds)}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["neurocrf"] = {"val_supertag_acc_best": float(self.val_acc_best)}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.val_acc_best = float(checkpoint.get("neurocrf", {}).get("val_supertag_acc_best", 0.0))
+
+    # ------------------------------------------------------------------ optimisation
+
+    def configure_optimizers(self) -> Any:
+        optimizer = build_optimizer(self, self.optimizer_config)
+        total = 1
+        if self._trainer is not None:
+            estimated = self.trainer.estimated_stepping_batches
+            total = int(estimated) if estimated != float("inf") else 1
+        scheduler = build_scheduler(optimizer, self.scheduler_config, total)
+        if scheduler is None:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+    # ------------------------------------------------------------------ inference
+
+    @classmethod
+    def load(cls, path: str | Path, map_location: Any = "cpu") -> Supertagger:
+        """A trained supertagger from a checkpoint (loaded with ``weights_only=True``), in eval mode."""
+        model = cls.load_from_checkpoint(str(path), map_location=map_location, weights_only=True,
+                                         restore=True)
+        model.eval()
+        return model
+
+    @torch.no_grad()
+    def predict_kbest(self, sentences: Sequence[Sequence[str] | str], k: int = 10,
+                      batch_size: int = 64) -> list[KBestTags]:
+        """The ``k`` best supertags per token (weights ``-log`` of the probabilities renormalised
+        over the ``k``) and the best preterminal, for sentences given as token lists (or strings,
+        split on whitespace). One :class:`KBestTags` per sentence, in input order."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        k = min(k, len(self.supertags))
+        tokenised = [s.split() if isinstance(s, str) else list(s) for s in sentences]
+        results: list[KBestTags | None] = [None] * len(tokenised)
+        for i, words in enumerate(tokenised):
+            if not words:
+                results[i] = KBestTags([], [], [], [])
+        order = sorted((i for i, w in enumerate(tokenised) if w), key=lambda i: len(tokenised[i]))
+        was_training = self.training
+        self.eval()
+        try:
+            for begin in range(0, len(order), batch_size):
+                chunk = order[begin:begin + batch_size]
+                tokens = [tokenised[i] for i in chunk]
+                inputs = {key: value.to(self.device) for key, value in self.encoder.prepare(tokens).items()}
+                supertag_scores, pt_scores = self(inputs)
+                log_probs = supertag_scores.float().log_softmax(-1)
+                top_lp, top_ids = log_probs.topk(k, dim=-1)  # [B, T, k]
+                pt_ids = pt_scores.argmax(-1)  # [B, T]
+                top_lp, top_ids, pt_ids = top_lp.cpu(), top_ids.cpu(), pt_ids.cpu()
+                for b, i in enumerate(chunk):
+                    n = len(tokens[b])
+                    results[i] = KBestTags(
+                        tokens=tokens[b],
+                        candidates=candidates_from_topk(top_ids[b, :n], top_lp[b, :n], self.supertags),
+                        preterminals=[self.preterminals[p] for p in pt_ids[b, :n].tolist()],
+                        supertag_probs=[math.exp(lp) for lp in top_lp[b, :n, 0].tolist()],
+                    )
+        finally:
+            self.train(was_training)
+        return results  # type: ignore[return-value]
+
+
+def _cross_entropy(scores: Tensor, gold: Tensor) -> Tensor:
+    """Mean cross-entropy over positions with ``gold >= 0``; 0 when there are none."""
+    flat_gold = gold.reshape(-1)
+    if not bool((flat_gold >= 0).any()):
+        return scores.sum() * 0.0
+    return F.cross_entropy(scores.reshape(-1, scores.shape[-1]).float(), flat_gold, ignore_index=-1)

@@ -1,0 +1,235 @@
+"""The parsing entry points on the real Hydra configs and a tiny generated treebank:
+extract -> supertag training -> weights-only checkpoint -> parse -> evaluate, the gold-supertag
+oracle through the parse code path, text input, errors, and ``python -m`` runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+from neurocrf.cli.extract import extract
+from neurocrf.cli.parse import parse
+from neurocrf.cli.parse_evaluate import evaluate_predictions
+from neurocrf.cli.supertag_train import train
+from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.models.supertag_data import load_treebank, read_supertag_corpus
+from neurocrf.models.supertagger import Supertagger
+from neurocrf.parsing import read_treebank
+
+TINY = ["encoder.word_dim=32", "encoder.char=null", "encoder.hidden_size=64", "encoder.dropout=0.0",
+        "heads.dropout=0.0", "optimizer.lr=0.01", "data.batch_size=8"]
+QUIET = ["~logger", "~callbacks.progress_bar", "+trainer.enable_progress_bar=false"]
+
+
+def compose_config(name: str, out: Path, data_dir: Path, overrides: list[str]) -> DictConfig:
+    """``configs/<name>.yaml`` as its entry point would see it, writing under ``out``."""
+    paths = [f"paths.output_dir={out}", f"paths.log_dir={out}", f"paths.data_dir={data_dir}"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name=name, return_hydra_config=True, overrides=paths + overrides)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``paths.data_dir``: the tiny treebank is generated there on first use."""
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> dict:
+    """A tiny supertagger trained to memorise the tiny treebank's training split."""
+    out = tmp_path_factory.mktemp("supertag")
+    cfg = compose_config("supertag", out, data_dir, [
+        *TINY, *QUIET, "trainer.max_epochs=30", "callbacks.model_checkpoint.monitor=null",
+        "~callbacks.early_stopping", "final_parse.splits=[train,test]", "parsing.k=4"])
+    metrics, objects = train(cfg)
+    return {"metrics": metrics, "ckpt": objects["ckpt_path"], "out": out}
+
+
+def test_configs_compose(tmp_path: Path, data_dir: Path) -> None:
+    cfg = compose_config("supertag", tmp_path, data_dir, [])
+    assert cfg.treebank.name == "tiny" and cfg.callbacks.model_checkpoint.monitor == "val/supertag_acc"
+    assert cfg.parsing.k == 10 and cfg.encoder.name == "bilstm"
+    alpino = compose_config("supertag", tmp_path, data_dir, ["treebank=alpino"]).treebank
+    assert alpino.path.endswith("alpino/cdb") and alpino.format == "alpino"
+    assert compose_config("parse", tmp_path, data_dir, ["treebank=alpino"]).k == 10
+    assert compose_config("parse", tmp_path, data_dir, []).get("treebank") is None
+    assert compose_config("extract", tmp_path, data_dir, []).treebank.name == "tiny"
+    assert compose_config("parse_evaluate", tmp_path, data_dir, ["predictions=x"]).split == "test"
+
+
+def test_extract_writes_corpus_roots_and_statistics(tmp_path: Path, data_dir: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    stats = extract(compose_config("extract", tmp_path, data_dir, ["treebank=tiny"]))
+    splits = load_treebank(compose_config("extract", tmp_path, data_dir, []).treebank)
+    for split in ("train", "dev", "test"):
+        corpus = read_supertag_corpus(tmp_path / f"{split}.supertags")
+        assert [s.words for s in corpus] == [s.words for s in splits[split]]
+        assert stats[split]["sentences"] == len(corpus)
+        assert stats[split]["tokens"] == sum(len(s.words) for s in corpus)
+        assert stats[split]["supertags"] == len({t for s in corpus for t in s.supertags})
+    train_tags = {t for s in read_supertag_corpus(tmp_path / "train.supertags") for t in s.supertags}
+    dev_test = {t for split in ("dev", "test")
+                for s in read_supertag_corpus(tmp_path / f"{split}.supertags") for t in s.supertags}
+    assert stats["total"]["supertags_only_in_dev_test"] == len(dev_test - train_tags)
+    assert stats["total"]["sentences"] == 80 and stats["total"]["max_fanout"] >= 2
+    assert (tmp_path / "roots.txt").read_text().split() == stats["roots"] == ["ROOT"]
+    assert json.loads((tmp_path / "stats.json").read_text())["total"] == stats["total"]
+    printed = capsys.readouterr().out
+    assert "discontinuous constituent" in printed and "train" in printed
+
+
+def test_oracle_gold_supertags_k1_reproduce_gold_trees(tmp_path: Path, data_dir: Path) -> None:
+    report = parse(compose_config("parse", tmp_path, data_dir,
+                                  ["treebank=tiny", "oracle=true", "k=1", "split=all"]))
+    assert report["sentences"] == 80 and report["coverage"] == 1.0 and report["k"] == 1
+    assert report["f1"] == 1.0 and report["dis_f1"] == 1.0 and report["exact_match"] == 1.0
+    assert report["evaluation"]["gold_dis_brackets"] > 0
+    gold = [s for split in load_treebank(compose_config("parse", tmp_path, data_dir, ["treebank=tiny"]).treebank
+                                         ).values() for s in split]
+    predicted = read_treebank(tmp_path / "parse.discbracket")
+    assert [p.id for p in predicted] == [g.id for g in gold]
+    assert all(p.tree == g.tree and p.words == g.words for p, g in zip(predicted, gold))
+
+
+def test_training_reports_metrics_and_parses_memorised_sentences(trained: dict) -> None:
+    metrics = trained["metrics"]
+    for key in ("train/loss", "val/supertag_acc", "val/pos_acc", "test/supertag_acc", "test/pos_acc",
+                "parse_test/f1", "parse_test/coverage"):
+        assert key in metrics, key
+    assert metrics["parse_train/supertag_accuracy"] > 0.95
+    assert metrics["parse_train/f1"] > 0.9 and metrics["parse_train/coverage"] > 0.9
+    out = trained["out"]
+    report = json.loads((out / "parse_train_report.json").read_text())
+    assert report["sentences"] == 64 and report["noparse"] == report["sentences"] - report["parsed"]
+    assert "f1" in (out / "parse_test_report.txt").read_text().lower()
+    checkpoint = torch.load(trained["ckpt"], map_location="cpu", weights_only=True)
+    assert checkpoint["hyper_parameters"]["parsing"]["k"] == 4
+
+
+def test_parse_and_evaluate_entry_points_end_to_end(tmp_path: Path, data_dir: Path, trained: dict) -> None:
+    report = parse(compose_config("parse", tmp_path / "p", data_dir,
+                                  ["treebank=tiny", "split=train", f"ckpt_path={trained['ckpt']}", "k=4"]))
+    assert report["f1"] > 0.9 and report["coverage"] > 0.9 and report["supertag_accuracy"] > 0.95
+    assert report["tagging_sentences_per_second"] > 0 and report["parsing_sentences_per_second"] > 0
+    assert report["skipped_supertags"] == 0
+    assert report["noparse"] == report["statuses"].get("noparse", 0) + report["statuses"].get("timeout", 0) \
+        + report["statuses"].get("item_limit", 0)
+    predictions = tmp_path / "p" / "parse.discbracket"
+    text = (tmp_path / "p" / "parse_report.txt").read_text()
+    assert "coverage" in text and "sentences/s" in text and "Dis-F1" in text
+    scores = evaluate_predictions(compose_config("parse_evaluate", tmp_path / "e", data_dir, [
+        "treebank=tiny", "split=train", f"predictions={predictions}"]))
+    assert scores["f1"] == pytest.approx(report["f1"]) and scores["dis_f1"] == pytest.approx(report["dis_f1"])
+    assert json.loads((tmp_path / "e" / "parse_evaluation.json").read_text())["f1"] == scores["f1"]
+    # the same sentences as plain text: same trees, ids are line numbers
+    gold = load_treebank(compose_config("parse", tmp_path, data_dir, ["treebank=tiny"]).treebank)["train"]
+    text_input = tmp_path / "sentences.txt"
+    text_input.write_text("".join(" ".join(s.words) + "\n" for s in gold[:10]) + "\n")
+    out = tmp_path / "text" / "trees.discbracket"
+    plain = parse(compose_config("parse", tmp_path / "t", data_dir, [
+        f"input={text_input}", f"ckpt_path={trained['ckpt']}", "k=4", f"output={out}"]))
+    assert plain["sentences"] == 10 and "f1" not in plain
+    from_text = read_treebank(out)
+    from_treebank = read_treebank(predictions)[:10]
+    assert [s.id for s in from_text] == [str(i) for i in range(1, 11)]
+    assert [s.tree for s in from_text] == [s.tree for s in from_treebank]
+    # the model of the checkpoint is the one that parsed
+    model = Supertagger.load(trained["ckpt"])
+    assert model.roots == ["ROOT"]
+
+
+def test_fallback_k_reparses_only_noparse_sentences() -> None:
+    from neurocrf.cli.parse import summarize, tag_and_parse
+    from neurocrf.models.supertagger import KBestTags
+
+    class Stub:
+        """Token 1's best supertag has a root label the parser does not accept."""
+
+        roots = ["S"]
+
+        def predict_kbest(self, sentences, k, batch_size=64):
+            second = [("T 2 x0t @pt -", 0.1), ("S 2 x0t @pt -", 2.0)][:k]
+            return [KBestTags(list(w), [[("@pt 1 t - -", 0.0)], second], ["D", "N"]) for w in sentences]
+
+    words = [["a", "b"], ["c", "d"]]
+    plain = tag_and_parse(Stub(), ["1", "2"], words, k=1)
+    assert [r.status for r in plain.results] == ["noparse", "noparse"] and plain.extra == {}
+    assert str(plain.predictions[0].tree) == "(NOPARSE (D 0) (N 1))"
+    wider = tag_and_parse(Stub(), ["1", "2"], words, k=1, fallback_k=2)
+    assert wider.extra == {"fallback_k": 2, "retried": 2, "rescued": 2}
+    assert [str(p.tree) for p in wider.predictions] == ["(S (D 0) (N 1))"] * 2
+    report = summarize(wider, gold_supertags=[["@pt 1 t - -", "S 2 x0t @pt -"]] * 2)
+    assert report["coverage"] == 1.0 and report["rescued"] == 2
+    # gold-in-k counts the first k candidates only, not the fallback ones
+    assert report["supertag_kbest_accuracy"] == 0.5 and report["supertag_accuracy"] == 0.5
+
+
+def test_parse_errors(tmp_path: Path, data_dir: Path) -> None:
+    with pytest.raises(ValueError, match="ckpt_path is required"):
+        parse(compose_config("parse", tmp_path, data_dir, ["treebank=tiny"]))
+    with pytest.raises(ValueError, match="input=<text file> or treebank"):
+        parse(compose_config("parse", tmp_path, data_dir, ["ckpt_path=x.ckpt"]))
+    text_input = tmp_path / "s.txt"
+    text_input.write_text("a b\n")
+    with pytest.raises(ValueError, match="oracle=true needs gold trees"):
+        parse(compose_config("parse", tmp_path, data_dir, ["oracle=true", f"input={text_input}"]))
+    with pytest.raises(FileNotFoundError, match="nothere.txt"):
+        parse(compose_config("parse", tmp_path, data_dir, ["ckpt_path=x", f"input={tmp_path}/nothere.txt"]))
+    with pytest.raises(ValueError, match="split must be"):
+        parse(compose_config("parse", tmp_path, data_dir, ["treebank=tiny", "oracle=true", "split=val"]))
+
+
+def test_evaluate_entry_point_with_a_gold_file(tmp_path: Path, data_dir: Path) -> None:
+    gold = tmp_path / "gold.discbracket"
+    pred = tmp_path / "pred.discbracket"
+    gold.write_text("1\t(ROOT (VP (V 0=a) (N 2=c)) (X 1=b))\n2\t(ROOT (S (N 0=x) (V 1=y)))\n")
+    pred.write_text("1\t(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\n2\t(ROOT (S (N 0=x) (V 1=y)))\n")
+    scores = evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
+        f"gold={gold}", f"predictions={pred}", f"report_dir={tmp_path / 'eval'}"]))
+    assert scores["gold_dis_brackets"] == 1 and scores["matched_brackets"] == 1
+    assert scores["f1"] == pytest.approx(0.5) and scores["dis_f1"] == 0.0 and scores["exact_match"] == 0.5
+    assert "Dis-F1" in (tmp_path / "eval" / "parse_evaluation.txt").read_text()
+    pred.write_text("7\t(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\n2\t(ROOT (S (N 0=x) (V 1=y)))\n")
+    with pytest.raises(ValueError, match="ids differ"):
+        evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
+            f"gold={gold}", f"predictions={pred}"]))
+
+
+def test_python_m_entry_point(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = subprocess.run([sys.executable, "-m", "neurocrf.cli.extract", "treebank=tiny",
+                          f"output_dir={tmp_path / 'corpus'}", f"paths.root_dir={tmp_path}",
+                          f"paths.data_dir={tmp_path / 'data'}"],
+                         capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "supertag corpus written to" in run.stdout
+    stats = json.loads((tmp_path / "corpus" / "stats.json").read_text())
+    assert stats["total"]["sentences"] == 80 and (tmp_path / "data" / "tiny_treebank").is_dir()
+
+
+@pytest.mark.slow
+def test_alpino_oracle_and_statistics(tmp_path: Path, data_dir: Path) -> None:
+    """Real corpus: the gold supertags of the Alpino test split parse back to the gold trees."""
+    from neurocrf.parsing import data_root
+
+    if not (data_root() / "alpino" / "cdb").is_dir():
+        pytest.skip("Alpino treebank not available (set NEUROCRF_DATA)")
+    stats = extract(compose_config("extract", tmp_path / "x", data_dir, ["treebank=alpino"]))
+    assert [stats[s]["sentences"] for s in ("train", "dev", "test")] == [5710, 713, 713]
+    assert stats["total"]["max_fanout"] == 4
+    report = parse(compose_config("parse", tmp_path / "o", data_dir,
+                                  ["treebank=alpino", "oracle=true", "k=1", "split=test"]))
+    assert report["coverage"] == 1.0 and report["f1"] == 1.0 and report["dis_f1"] == 1.0
