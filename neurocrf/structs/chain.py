@@ -190,41 +190,25 @@ class Chain:
 
     def viterbi(self) -> tuple[Tensor, Tensor]:
         """Best path: original flat states ``[batch, seq_len]`` (-1 past each length), scores ``[batch]``."""
-        if self.order == 1:
-            return self._viterbi_first_order()
-        steps, batch = self.seq_len + 1, self.batch
-        num_states = (self.size + 1) ** self.order
-        pointers = torch.empty((steps, batch) + tuple(self.start.shape), dtype=torch.long,
-                               device=self.emissions.device)
-        best = torch.empty_like(self.emissions[0])
-        score = self.start + self.emissions[0]
-        for t in range(1, steps):
-            torch.max(score.unsqueeze(-1) + self.transitions, dim=1, out=(best, pointers[t]))
-            score = best + self.emissions[t]
-        best_score, state = score.reshape(batch, -1).max(dim=1)
-        pointers = pointers.reshape(steps, batch, num_states)
-        path = torch.empty((batch, self.seq_len), dtype=torch.long, device=state.device)
-        for t in range(steps - 1, 0, -1):
-            state = self._previous(pointers[t].gather(1, state.unsqueeze(1)).squeeze(1), state)
-            path[:, t - 1] = state
-        return self._map_states(path), best_score
-
-    def _viterbi_first_order(self) -> tuple[Tensor, Tensor]:
-        # moves[t, b, i, j] = W[i, j] + E[t, b, j]: one add and one max per step
+        batch, width = self.batch, self.size + 1
+        # moves[t][b, a, *r, c] = W[a, *r, c] + E[t, b, *r, c]: one add and one max per position
         moves = (self.transitions + self.emissions.unsqueeze(2)).unbind(0)
-        score = (self.start + self.emissions[0]).unsqueeze(1)  # [B, 1, S]
+        score = self.start + self.emissions[0]
         pointers = []
         for t in range(1, len(moves)):
-            best, pointer = (score.transpose(1, 2) + moves[t]).max(dim=1, keepdim=True)
-            score = best
-            pointers.append(pointer.squeeze(1))
-        best_score, state = score.squeeze(1).max(dim=1, keepdim=True)
+            score, pointer = (score.unsqueeze(-1) + moves[t]).max(dim=1)
+            pointers.append(pointer.reshape(batch, -1))
+        best_score, state = score.reshape(batch, -1).max(dim=1, keepdim=True)
+        if not pointers:
+            return self._map_states(state.new_zeros(batch, 0)), best_score.squeeze(1)
+        # flat source state (a, *r) of flat destination (*r, c) reached from a
+        rest = width ** (self.order - 1)
+        kept = torch.arange(width ** self.order, device=state.device) // width
+        previous = torch.stack(pointers) * rest + kept  # [T, B, |S'|]
         path = []
-        for pointer in reversed(pointers):
-            state = pointer.gather(1, state)
+        for t in range(previous.shape[0] - 1, -1, -1):
+            state = previous[t].gather(1, state)
             path.append(state)
-        if not path:
-            return self._map_states(state.new_zeros(self.batch, 0)), best_score.squeeze(1)
         return self._map_states(torch.cat(path[::-1], dim=1)), best_score.squeeze(1)
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor]:
@@ -553,25 +537,34 @@ class _ExpScan:
 
     # --- pair states, one position per step -----------------------------------------------------
     def _scan_pairs(self, prob: Tensor) -> tuple[Tensor, Tensor]:
-        """Forward scan over pair states ``[B, A, R]`` with ``sum_a P[b, a, r] expW[a, r, c]``."""
-        rows = self.exp_emissions.unbind(0)
+        """Forward scan over pair states: ``P'[b, r, c] = sum_a P[b, a, r] expW[a, r, c] expE[b, c]``,
+        as one batched product over ``r`` per position."""
+        rows = self.exp_emissions.permute(0, 2, 1, 3).unbind(0)  # [R, B, C] per position
+        moves = self.exp_moves.permute(1, 0, 2).contiguous()  # [R, A, C]
+        current = prob.permute(2, 0, 1)  # [R, B, A]
         probs, logs = [prob], [prob.new_zeros(prob.shape[0])]
         for t in range(1, len(rows)):
-            step, log_peak = self._normalized(torch.einsum("bar,arc->brc", probs[-1], self.exp_moves) * rows[t],
-                                              (1, 2))
-            probs.append(step)
-            logs.append(logs[-1] + log_peak)
+            step = torch.bmm(current, moves) * rows[t]  # [R, B, C]
+            peak = step.amax((0, 2))
+            step = step / peak.view(1, -1, 1)
+            probs.append(step.permute(1, 0, 2))  # [B, R, C]
+            logs.append(logs[-1] + torch.log(peak))
+            current = step.permute(2, 1, 0)  # next sources: a' = r, r' = c -> [C, B, R]
         return torch.stack(probs), torch.stack(logs)
 
     def _backward_pairs(self) -> tuple[Tensor, Tensor]:
+        """``Q[b, a, r] = sum_c expW[a, r, c] expE[b, c] Q'[b, r, c]`` as one batched product over ``r``."""
         rows = self.exp_emissions.unbind(0)
+        moves = self.exp_moves.permute(1, 2, 0).contiguous()  # [R, C, A]
         prob = torch.ones_like(self.probs[-1])
         probs, logs = [prob], [prob.new_zeros(prob.shape[0])]
         for t in range(len(rows) - 2, -1, -1):
-            step, log_peak = self._normalized(torch.einsum("arc,brc->bar", self.exp_moves, probs[-1] * rows[t + 1]),
-                                              (1, 2))
-            probs.append(step)
-            logs.append(logs[-1] + log_peak)
+            weighted = (prob * rows[t + 1]).permute(1, 0, 2)  # [R, B, C]
+            step = torch.bmm(weighted, moves)  # [R, B, A]
+            peak = step.amax((0, 2))
+            prob = (step / peak.view(1, -1, 1)).permute(1, 2, 0)  # [B, A, R]
+            probs.append(prob)
+            logs.append(logs[-1] + torch.log(peak))
         return torch.stack(probs[::-1]), torch.stack(logs[::-1])
 
     def backward_ok(self) -> bool:
