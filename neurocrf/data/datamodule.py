@@ -80,12 +80,12 @@ class Collator:
     def __call__(self, items: Sequence[tuple[int, list[str], list[int] | None]]) -> Batch:
         batch_size = len(items)
         width = max(len(tokens) for _, tokens, _ in items)
-        tags = torch.full((batch_size, width), -1, dtype=torch.long)
-        mask = torch.zeros((batch_size, width), dtype=torch.bool)
-        for row, (_, tokens, tag_ids) in enumerate(items):
-            mask[row, : len(tokens)] = True
-            if tag_ids is not None:
-                tags[row, : len(tag_ids)] = torch.tensor(tag_ids, dtype=torch.long)
+        lengths = torch.tensor([len(tokens) for _, tokens, _ in items], dtype=torch.long)
+        mask = torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)
+        # one tensor from padded lists: a tensor per row costs more than the rest of the batch
+        rows = [(tag_ids if tag_ids is not None else []) for _, _, tag_ids in items]
+        tags = torch.tensor([row + [-1] * (width - len(row)) for row in rows], dtype=torch.long)
+        tags = tags.view(batch_size, width)
         tokens = [list(tokens) for _, tokens, _ in items]
         inputs = self.slot.fn(tokens) if self.slot.fn is not None else {}
         return Batch(

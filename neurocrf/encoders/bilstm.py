@@ -20,10 +20,9 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from neurocrf.encoders.base import PAD, UNK, Encoder, Lookup, counted_vocabulary, sentence_mask, with_defaults
-from neurocrf.encoders.chars import CHAR_KINDS, build_char_encoder, char_ids
+from neurocrf.encoders.chars import CHAR_KINDS, Dropout, build_char_encoder, char_ids, run_lstm
 from neurocrf.encoders.vectors import load_vectors, match_rows
 
 log = logging.getLogger(__name__)
@@ -150,10 +149,9 @@ class BiLSTMPreparer:
 
     def __call__(self, tokens: list[list[str]]) -> dict[str, Tensor]:
         mask = sentence_mask(tokens)
-        ids = torch.zeros(mask.shape, dtype=torch.long)
-        for b, sentence in enumerate(tokens):
-            if sentence:
-                ids[b, : len(sentence)] = torch.tensor([self.word_id(w) for w in sentence], dtype=torch.long)
+        width = mask.shape[1]
+        rows = [[self.word_id(w) for w in sentence] + [0] * (width - len(sentence)) for sentence in tokens]
+        ids = torch.tensor(rows, dtype=torch.long).view(mask.shape)
         inputs = {"words": ids, "mask": mask}
         if self.chars is not None:
             inputs["chars"] = char_ids(tokens, self.chars, self.max_word_length)
@@ -187,7 +185,7 @@ class BiLSTMEncoder(Encoder):
                 options["char"], len(chars), options["char_dim"], options["char_hidden"], options["char_kernel"]
             )
             input_dim += self.char_encoder.output_dim
-        self.dropout = nn.Dropout(options["dropout"])
+        self.dropout = Dropout(options["dropout"])
         self.lstm = nn.LSTM(
             input_dim,
             options["hidden_size"],
@@ -226,10 +224,7 @@ class BiLSTMEncoder(Encoder):
         if self.char_encoder is not None:
             x = torch.cat([x, self._char_features(inputs["chars"], mask)], dim=-1)
         x = self.dropout(x)
-        lengths = mask.sum(dim=1).clamp(min=1).cpu()
-        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        out, _ = self.lstm(packed)
-        out, _ = pad_packed_sequence(out, batch_first=True, total_length=width)  # [B, T, output_dim]
+        out = run_lstm(self.lstm, x, mask.sum(dim=1))  # [B, T, output_dim], padding not yet 0
         return self.dropout(out) * mask.unsqueeze(-1)
 
     def _char_features(self, chars: Tensor, mask: Tensor) -> Tensor:

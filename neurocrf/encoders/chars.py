@@ -1,11 +1,14 @@
 """Character-level word features: a CNN with max pooling (Ma & Hovy 2016) or a char BiLSTM
-(Lample et al. 2016). Characters keep their case, so "Paris" and "paris" get different features."""
+(Lample et al. 2016). Characters keep their case, so "Paris" and "paris" get different features.
+
+Also home of :func:`run_lstm`, the length-aware (Bi)LSTM runner shared with the word-level BiLSTM.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from neurocrf.encoders.base import Lookup
 
@@ -19,14 +22,93 @@ def char_ids(tokens: list[list[str]], chars: Lookup, max_word_length: int) -> Te
     empty word is one unknown character, so every real word has at least one.
     """
     width = max((len(s) for s in tokens), default=0)
-    longest = max((min(len(w), max_word_length) for s in tokens for w in s), default=1)
-    out = torch.zeros(len(tokens), width, max(longest, 1), dtype=torch.long)
-    unk = chars.unk_id
-    for b, sentence in enumerate(tokens):
-        for t, word in enumerate(sentence):
-            ids = [chars.index.get(c, unk) for c in word[:max_word_length]] or [unk]
-            out[b, t, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return out
+    longest = max(1, max((min(len(w), max_word_length) for s in tokens for w in s), default=1))
+    get, unk = chars.index.get, chars.unk_id
+    padding = [0] * longest
+    rows: list[list[list[int]]] = []
+    # One padded nested list and a single tensor: a tensor per word costs ~5x more in collation.
+    for sentence in tokens:
+        row = []
+        for word in sentence:
+            ids = [get(c, unk) for c in word[:max_word_length]] or [unk]
+            ids.extend(padding[: longest - len(ids)])
+            row.append(ids)
+        row.extend([padding] * (width - len(sentence)))
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.long).view(len(tokens), width, longest)
+
+
+def run_lstm(lstm: nn.LSTM, inputs: Tensor, lengths: Tensor) -> Tensor:
+    """Run a batch-first (bidirectional) ``lstm`` over padded rows as if each row were alone.
+
+    Args:
+        inputs: ``[N, T, input_size]``; lengths: ``[N]`` real positions per row (0 allowed).
+
+    Returns:
+        ``[N, T, directions * hidden_size]``; values at positions ``>= length`` are unspecified
+        (callers mask them).
+
+    On CPU each direction of each layer is one call of the fused (oneDNN) LSTM kernel over the
+    padded batch, the backward direction reading every row reversed within its length, so padding
+    never reaches a real position. This is ~3x faster for training than packed sequences, whose
+    CPU implementation steps through per-time-step slices (and their backward). Elsewhere (cuDNN
+    handles packed sequences natively) and for LSTMs with projections, it packs.
+    """
+    if inputs.device.type != "cpu" or lstm.proj_size > 0 or not lstm.batch_first:
+        width = inputs.shape[1]
+        packed = pack_padded_sequence(inputs, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+        out, _ = lstm(packed)
+        return pad_packed_sequence(out, batch_first=True, total_length=width)[0]
+    reverse = None
+    if lstm.bidirectional:
+        positions = torch.arange(inputs.shape[1], device=inputs.device)
+        column = lengths.to(inputs.device).unsqueeze(1)
+        reverse = torch.where(positions < column, column - 1 - positions, positions)  # [N, T]
+    layer_input = inputs
+    for layer in range(lstm.num_layers):
+        if layer > 0 and lstm.dropout > 0 and lstm.training:
+            layer_input = dropout(layer_input, lstm.dropout, True)
+        output = _lstm_direction(lstm, layer, "", layer_input)
+        if reverse is not None:
+            backward = _lstm_direction(lstm, layer, "_reverse", _flip(layer_input, reverse))
+            output = torch.cat([output, _flip(backward, reverse)], dim=-1)
+        layer_input = output
+    return layer_input
+
+
+def dropout(values: Tensor, p: float, training: bool) -> Tensor:
+    """``nn.functional.dropout`` with the same distribution, ~5x faster forward+backward on CPU.
+
+    The CPU kernel of ``bernoulli_`` draws each mask element serially; a uniform draw compared
+    with ``p`` is vectorised. Other devices use the fused kernel.
+    """
+    if not training or p == 0.0 or values.device.type != "cpu":
+        return nn.functional.dropout(values, p, training)
+    if p == 1.0:
+        return values * 0.0
+    keep = torch.rand_like(values).ge_(p).mul_(1.0 / (1.0 - p))
+    return values * keep
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` computed by :func:`dropout` (same options, same state dict)."""
+
+    def forward(self, values: Tensor) -> Tensor:
+        return dropout(values, self.p, self.training)
+
+
+def _flip(values: Tensor, reverse: Tensor) -> Tensor:
+    """``[N, T, D]`` with each row's first ``length`` positions reversed (``reverse`` ``[N, T]``)."""
+    return values.gather(1, reverse.unsqueeze(-1).expand(-1, -1, values.shape[-1]))
+
+
+def _lstm_direction(lstm: nn.LSTM, layer: int, suffix: str, inputs: Tensor) -> Tensor:
+    """One direction of one layer of ``lstm`` over ``inputs`` ``[N, T, D]`` from zero states."""
+    names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if lstm.bias else [])
+    weights = [getattr(lstm, f"{name}_l{layer}{suffix}") for name in names]
+    state = inputs.new_zeros(1, inputs.shape[0], lstm.hidden_size)
+    # torch.lstm is the op nn.LSTM.forward calls; here with one direction's weights only.
+    return torch.lstm(inputs, (state, state), weights, lstm.bias, 1, 0.0, lstm.training, False, True)[0]
 
 
 class CharCNN(nn.Module):
@@ -59,10 +141,12 @@ class CharLSTM(nn.Module):
 
     def forward(self, ids: Tensor) -> Tensor:
         """``ids`` ``[N, C]`` (each row has at least one non-zero id) -> ``[N, 2 * hidden]``."""
-        lengths = ids.ne(0).sum(dim=1).cpu()
-        packed = pack_padded_sequence(self.embedding(ids), lengths, batch_first=True, enforce_sorted=False)
-        _, (last, _) = self.lstm(packed)  # last: [2, N, hidden], already in the input order
-        return torch.cat([last[0], last[1]], dim=-1)
+        lengths = ids.ne(0).sum(dim=1)
+        out = run_lstm(self.lstm, self.embedding(ids), lengths)  # [N, C, 2 * hidden]
+        hidden = self.lstm.hidden_size
+        rows = torch.arange(ids.shape[0], device=ids.device)
+        # forward: the state after the last character; backward: after reading back to the first
+        return torch.cat([out[rows, lengths - 1, :hidden], out[:, 0, hidden:]], dim=-1)
 
 
 def build_char_encoder(kind: str, num_chars: int, char_dim: int, hidden: int, kernel_size: int) -> nn.Module:
