@@ -9,9 +9,17 @@ Optimizer config (``Tagger(optimizer=...)``)::
     nesterov: false          # sgd
     betas: [0.9, 0.999]      # adam / adamw
     encoder_lr: null         # learning rate of pretrained transformer parameters (if any)
-    # lbfgs only (full-batch, closure-based):
-    max_iter: 20, history_size: 10, line_search_fn: strong_wolfe, tolerance_grad, tolerance_change
-    l2_sigma2: null          # Gaussian prior: loss = sum NLL + ||w||^2 / (2 sigma^2) (any optimizer)
+    l2_sigma2: null          # Gaussian prior: loss = sum NLL + ||w||^2 / (2 sigma^2) (any optimizer;
+                             # lbfgs: 100 (sigma = 10, MALLET's default) when the key is absent)
+    # lbfgs only: full batch, like MALLET / CRFsuite (see neurocrf.models.lbfgs.FullBatchLBFGS).
+    # One Lightning epoch = one optimizer step = max_iter L-BFGS iterations over the whole
+    # training set (precomputed once, in chunks of chunk_tokens padded tokens).
+    max_iter: 1              # iterations per epoch (1: every iteration is timed and validated)
+    max_iterations: null     # total iteration limit (reached without converging -> warning + flag)
+    tolerance_change: 1e-4   # converged when (f[k-period] - f[k]) / |f[k]| <= this
+    period: 1                # 1: MALLET's test; CRFsuite: period 10, tolerance_change 1e-5
+    tolerance_grad: 1e-5     # converged when ||g|| / max(||w||, 1) <= this (CRFsuite's epsilon)
+    history_size: 10, line_search_fn: strong_wolfe, max_line_search: 25, chunk_tokens: 20000
 
 Scheduler config (``Tagger(scheduler=...)``, or None)::
 
@@ -51,16 +59,28 @@ def _sgd(groups: list[dict[str, Any]], config: dict[str, Any]) -> Optimizer:
     )
 
 
+DEFAULT_LBFGS_SIGMA2 = 100.0
+"""Prior variance of L-BFGS runs without ``l2_sigma2`` in their config (sigma = 10)."""
+
+
 def _lbfgs(groups: list[dict[str, Any]], config: dict[str, Any]) -> Optimizer:
+    from neurocrf.models.lbfgs import FullBatchLBFGS
+
     params = [p for group in groups for p in group["params"]]  # L-BFGS takes one group
-    return torch.optim.LBFGS(
+    if any(group.get("weight_decay", 0.0) for group in groups):
+        raise ValueError("lbfgs takes its L2 prior from l2_sigma2, not weight_decay")
+    max_iterations = config.get("max_iterations")
+    return FullBatchLBFGS(
         params,
-        lr=config.get("lr", 1.0),
-        max_iter=int(config.get("max_iter", 20)),
+        lr=float(config.get("lr", 1.0)),
         history_size=int(config.get("history_size", 10)),
         line_search_fn=config.get("line_search_fn", "strong_wolfe"),
-        tolerance_grad=float(config.get("tolerance_grad", 1e-7)),
-        tolerance_change=float(config.get("tolerance_change", 1e-9)),
+        max_line_search=int(config.get("max_line_search", 25)),
+        tolerance_change=float(config.get("tolerance_change", 1e-4)),
+        period=int(config.get("period", 1)),
+        tolerance_grad=float(config.get("tolerance_grad", 1e-5)),
+        max_iterations=None if max_iterations is None else int(max_iterations),
+        iterations_per_step=int(config.get("max_iter", 1)),
     )
 
 

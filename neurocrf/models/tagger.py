@@ -16,6 +16,7 @@ hyperparameters, so a checkpoint loads with ``torch.load(path, weights_only=True
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,10 @@ import torch
 from torch import Tensor, nn
 
 from neurocrf.encoders import build_encoder
+from neurocrf.models.lbfgs import FullBatchLBFGS
 from neurocrf.models.metrics import SpanScores, span_scores, write_report
 from neurocrf.models.optim import (
+    DEFAULT_LBFGS_SIGMA2,
     build_optimizer,
     build_scheduler,
     is_full_batch,
@@ -37,7 +40,12 @@ from neurocrf.structs import build_crf
 
 log = logging.getLogger(__name__)
 
+OUTSIDE = "O"
 CRF_KINDS = ("first_order", "second_order", "precursor")
+
+
+class LBFGSNotConvergedWarning(UserWarning):
+    """A full-batch L-BFGS run stopped before its convergence test passed."""
 HEAD_KINDS = ("softmax", *CRF_KINDS)
 _HEAD_KEYS = ("kind", "constrained", "dropout", "reduction")
 
@@ -246,14 +254,29 @@ class Tagger(pl.LightningModule):
         self.save_hyperparameters(hparams, logger=False)
         if len(set(tags)) != len(tags) or not tags:
             raise ValueError(f"tags must be a non-empty list without duplicates, got {tags}")
+        if all(tag == OUTSIDE for tag in tags):
+            raise ValueError(
+                f"the tag list {list(tags)} holds no entity tag: the training data has no entities,"
+                " so there is nothing to learn and span F1 is undefined; check the tag column"
+            )
         self.tags: list[str] = list(tags)
         self.scheme = scheme
         self.optimizer_config: dict[str, Any] = hparams["optimizer"]
         self.scheduler_config: dict[str, Any] | None = hparams["scheduler"]
         head_config: dict[str, Any] = hparams["head"]
-        self.reduction = head_config.get(
-            "reduction", "sum" if is_full_batch(self.optimizer_config) else "mean"
-        )
+        # Full batch (L-BFGS): one optimizer step sees the whole training set, chunked inside its
+        # closure; the objective is the summed NLL plus the Gaussian prior (MALLET, CRFsuite).
+        self.full_batch = is_full_batch(self.optimizer_config)
+        self.automatic_optimization = not self.full_batch
+        self.reduction = head_config.get("reduction", "sum" if self.full_batch else "mean")
+        if self.full_batch and self.reduction != "sum":
+            raise ValueError(
+                f"full-batch L-BFGS minimises the summed NLL; head.reduction must be 'sum', got"
+                f" {self.reduction!r}"
+            )
+        self._chunks: list[dict[str, Any]] | None = None
+        self._warned_extra_batches = False
+        self.lbfgs_summary: dict[str, Any] | None = None  # set at the end of a full-batch fit
 
         self.encoder = build_encoder(
             hparams["encoder"], hparams["vocabularies"], len(self.tags), restore=restore
@@ -290,8 +313,11 @@ class Tagger(pl.LightningModule):
         return emissions
 
     def regularizer(self) -> Tensor | None:
-        """Extra training loss terms: the Gaussian prior of ``optimizer.l2_sigma2`` if set."""
-        sigma2 = self.optimizer_config.get("l2_sigma2")
+        """Extra training loss terms: the Gaussian prior ``||w||^2 / (2 sigma^2)`` of
+        ``optimizer.l2_sigma2`` (L-BFGS default: sigma^2 = 100, i.e. sigma = 10; ``null`` turns
+        it off; other optimizers: off unless set)."""
+        default = DEFAULT_LBFGS_SIGMA2 if self.full_batch else None
+        sigma2 = self.optimizer_config.get("l2_sigma2", default)
         if sigma2 is None:
             return None
         return l2_penalty(self.parameters(), sigma2).to(self.device)
@@ -305,7 +331,9 @@ class Tagger(pl.LightningModule):
 
     # ------------------------------------------------------------------ Lightning steps
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
+        if self.full_batch:
+            return self._full_batch_step(batch_idx)
         loss = self.training_objective(batch)
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(batch["tokens"]))
         return loss
@@ -349,6 +377,8 @@ class Tagger(pl.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         scores = self._epoch_scores("test")
+        if scores.support == 0:
+            log.warning("the test data holds no gold entities: precision, recall and F1 are 0 by convention")
         self.test_scores = scores
         self.log("test/f1", scores.f1, sync_dist=True)
         self.log("test/precision", scores.precision, sync_dist=True)
@@ -400,12 +430,120 @@ class Tagger(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": scheduler}
 
     def on_train_start(self) -> None:
-        if is_full_batch(self.optimizer_config) and self.trainer.num_training_batches > 1:
+        if not self.full_batch:
+            return
+        if self.trainer.world_size > 1:
+            raise RuntimeError("full-batch L-BFGS runs on one device; use devices=1 (or adam/sgd for DDP)")
+        batches = self.trainer.num_training_batches
+        if batches > 1 and not self._warned_extra_batches:
+            self._warned_extra_batches = True
             log.warning(
-                "L-BFGS is meant to run full-batch, but an epoch has %s batches: set the data"
-                " batch_size to at least the number of training sentences",
-                self.trainer.num_training_batches,
+                "full-batch L-BFGS reads the whole training set itself (once) and ignores the %s"
+                " loader batches of each epoch: set trainer.limit_train_batches=1 to skip reading them",
+                batches,
             )
+
+    # ------------------------------------------------------------------ full-batch L-BFGS
+
+    def full_batch_chunks(self, max_tokens: int | None = None) -> list[dict[str, Any]]:
+        """The whole training set as padded batches on the model's device, built once.
+
+        Read from the trainer's training loader (its dataset and collate function), sentences
+        sorted by length and cut into chunks of at most ``max_tokens`` padded tokens
+        (``optimizer.chunk_tokens``, default 20000) so that padding stays small and memory bounded.
+        """
+        if self._chunks is not None:
+            return self._chunks
+        loader = self.trainer.train_dataloader
+        dataset, collate = getattr(loader, "dataset", None), getattr(loader, "collate_fn", None)
+        if dataset is None or collate is None or not hasattr(dataset, "__len__"):
+            raise TypeError("full-batch L-BFGS needs a training DataLoader over a map-style dataset")
+        budget = int(max_tokens or self.optimizer_config.get("chunk_tokens", 20000))
+        size = len(dataset)
+        lengths = getattr(dataset, "lengths", None)
+        order = sorted(range(size), key=lengths.__getitem__) if lengths is not None else list(range(size))
+        groups: list[list[int]] = []
+        current: list[int] = []
+        width = 0
+        for index in order:
+            length = lengths[index] if lengths is not None else 1
+            if current and max(width, length) * (len(current) + 1) > budget:
+                groups.append(current)
+                current, width = [], 0
+            current.append(index)
+            width = max(width, length)
+        if current:
+            groups.append(current)
+        chunks = []
+        for group in groups:
+            batch = collate([dataset[i] for i in group])
+            chunks.append(
+                {
+                    "tags": batch["tags"].to(self.device),
+                    "mask": batch["mask"].to(self.device),
+                    "inputs": {key: value.to(self.device) for key, value in batch["inputs"].items()},
+                }
+            )
+        self._chunks = chunks
+        tokens = sum(int(chunk["mask"].sum()) for chunk in chunks)
+        log.info("full-batch L-BFGS: %d training sentences, %d tokens in %d chunks", size, tokens, len(chunks))
+        return chunks
+
+    def full_batch_objective(self) -> Tensor:
+        """Zero the gradients, then accumulate the gradient of the whole training objective
+        (summed NLL over every chunk + prior); returns its value (detached)."""
+        self.zero_grad(set_to_none=False)
+        total = torch.zeros((), device=self.device, dtype=torch.float64)
+        for chunk in self.full_batch_chunks():
+            loss = self.head(self._emissions(chunk), chunk["tags"], chunk["mask"], reduction="sum")
+            self.manual_backward(loss)
+            total += loss.detach().double()
+        penalty = self.regularizer()
+        if penalty is not None:
+            self.manual_backward(penalty)
+            total += penalty.detach().double()
+        return total
+
+    def _full_batch_step(self, batch_idx: int) -> None:
+        if batch_idx > 0:  # the whole set went through at batch 0 (see on_train_start)
+            return
+        optimizer = self.optimizers()
+        raw = optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer
+        optimizer.step(closure=self.full_batch_objective)
+        if isinstance(raw, FullBatchLBFGS) and raw.history:
+            summary = raw.summary()
+            record = raw.history[-1]
+            self.log("train/loss", record["objective"], on_step=False, on_epoch=True, prog_bar=True, batch_size=1)
+            self.log("train/objective", record["objective"], on_step=False, on_epoch=True, batch_size=1)
+            self.log("train/lbfgs_iterations", float(raw.iterations), on_step=False, on_epoch=True, batch_size=1)
+            self.log("train/lbfgs_converged", float(raw.converged), on_step=False, on_epoch=True, batch_size=1)
+            self.log("train/lbfgs_seconds_per_iteration", float(summary["seconds_per_iteration"]),
+                     on_step=False, on_epoch=True, batch_size=1)
+            if raw.finished:
+                self.trainer.should_stop = True
+        return
+
+    def on_train_end(self) -> None:
+        if not self.full_batch or not self.trainer.optimizers:
+            return
+        raw = self.trainer.optimizers[0]
+        if not isinstance(raw, FullBatchLBFGS):
+            return
+        self.lbfgs_summary = raw.summary()
+        last = raw.history[-1] if raw.history else {}
+        if raw.converged:
+            log.info("L-BFGS converged after %d iterations (%s)", raw.iterations, raw.reason)
+            return
+        why = raw.reason if raw.finished else "the trainer stopped it: max_epochs or a callback"
+        message = (
+            f"L-BFGS did NOT converge: stopped after {raw.iterations} iterations ({why});"
+            f" last relative objective change {last.get('relative_change', float('nan')):.3g}"
+            f" (tolerance {raw.tolerance_change:g}), gradient norm {last.get('grad_norm', float('nan')):.3g};"
+            " the weights are not the optimum of the objective: raise optimizer.max_iterations"
+            " / trainer.max_epochs (train/lbfgs_converged = 0)"
+        )
+        log.warning(message)
+        warnings.warn(message, LBFGSNotConvergedWarning, stacklevel=2)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["neurocrf"] = {"val_f1_best": float(self.val_f1_best)}
