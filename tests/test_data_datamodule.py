@@ -274,3 +274,20 @@ def test_lightning_fit_consumes_every_sentence(
     )
     trainer.fit(probe, datamodule=module)
     assert sorted(probe.seen) == list(range(400))
+
+
+def test_token_columns_join_extra_columns_for_the_encoder(tmp_path):
+    from neurocrf.data.conll import ConllFormatError
+    from neurocrf.data.datamodule import SequenceDataModule
+
+    path = tmp_path / "chunks.txt"
+    path.write_text("He PRP B-NP\nreckons VBZ B-VP\n\nIt PRP B-NP\n", encoding="utf-8")
+    module = SequenceDataModule(path, path, path, file_scheme="IOB2", scheme="IOB2",
+                                reader={"tag_column": 2}, token_columns=[0, 1])
+    module.setup("fit")
+    assert module.train_sentences[0].tokens == ["He\tPRP", "reckons\tVBZ"]
+    assert module.tags == ["O", "B-NP", "B-VP", "I-NP", "I-VP"]
+    bad = SequenceDataModule(path, path, path, file_scheme="IOB2", scheme="IOB2",
+                             reader={"tag_column": 2}, token_columns=[0, 5])
+    with pytest.raises(ConllFormatError, match=r"chunks.txt:1: token_columns \[0, 5\] name column"):
+        bad.setup("fit")

@@ -175,6 +175,8 @@ class SequenceDataModule(pl.LightningDataModule):
             index (first part train, then dev, then test); needs dev/test paths None.
         seed: seed of the training order.
         pool_batches: batches per sorting pool of the bucketing sampler.
+        token_columns: columns joined with a tab into each token the encoder sees (e.g. ``[0, 1]``
+            for word and POS, read by the feature templates ``col1[...]``); default: the word only.
 
     After :meth:`setup`: ``tags`` (``"O"`` first, then sorted; every tag of ``scheme`` for each
     type seen in train), ``tag_to_id``, ``train_sentences``, ``dev_sentences``,
@@ -201,8 +203,10 @@ class SequenceDataModule(pl.LightningDataModule):
         split_fractions: Sequence[float] | None = None,
         seed: int | None = 0,
         pool_batches: int = 50,
+        token_columns: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
+        self.token_columns = None if token_columns is None else [int(c) for c in _plain(token_columns)]
         self.file_scheme = check_scheme(file_scheme)
         self.scheme = check_scheme(scheme)
         self.reader = dict(_plain(reader) or {})
@@ -321,11 +325,28 @@ class SequenceDataModule(pl.LightningDataModule):
         self.splits = loaded
 
     def _convert(self, sentence: Sentence) -> Sentence:
+        if self.token_columns is not None:
+            sentence = dataclasses.replace(sentence, tokens=self._joined_tokens(sentence))
         if sentence.tags is None or self.file_scheme == self.scheme:
             return sentence
         return dataclasses.replace(
             sentence, tags=convert_tags(sentence.tags, self.file_scheme, self.scheme)
         )
+
+    def _joined_tokens(self, sentence: Sentence) -> list[str]:
+        assert self.token_columns is not None
+        if sentence.columns is None:
+            raise ValueError(f"{sentence.location(0)}: token_columns needs the raw columns of the file")
+        joined = []
+        for i, fields in enumerate(sentence.columns):
+            missing = [c for c in self.token_columns if not -len(fields) <= c < len(fields)]
+            if missing:
+                raise ConllFormatError(
+                    f"{sentence.location(i)}: token_columns {self.token_columns} name column(s) {missing},"
+                    f" but the line has {len(fields)} columns"
+                )
+            joined.append("\t".join(fields[c] for c in self.token_columns))
+        return joined
 
     def _check_known(self, sentence: Sentence, split: str) -> None:
         for position, tag in enumerate(sentence.tags or ()):
