@@ -38,7 +38,7 @@ median of the per-round ratios (same batches: robust to load that drifts during 
 flair runs in a persistent subprocess (``--flair-python``, default ``/root/venv_flair/bin/python``
 if it exists, else this interpreter), because flair pins ``transformers<5``; all processes use
 ``--threads`` torch threads. ``--baseline FOLDER`` also times the neurocrf package found in FOLDER
-(e.g. an older checkout) in a third subprocess, in the same rounds. Results: docs/bench_train.md.
+(e.g. an older checkout) in a third subprocess, in the same rounds. Results: docs/benchmarks.md.
 
     python scripts/bench_train.py --sentences 0 --rounds 20   # all of eng.train (~10 min on 2 busy cores)
     python scripts/bench_train.py --rounds 2 --sentences 400 --chunk-sentences 64   # smoke test
