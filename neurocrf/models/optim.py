@@ -207,3 +207,17 @@ def build_scheduler(
             "strict": True,
         }
     raise ValueError(f"unknown scheduler {name!r}; expected linear, inverse_time, plateau or null")
+
+
+def configure_optimizers(module: Any, optimizer_config: Any, scheduler_config: Any) -> Any:
+    """What a LightningModule's ``configure_optimizers`` returns for these configs: the optimizer,
+    or the optimizer with its per-step scheduler (sized by the trainer's estimated steps)."""
+    optimizer = build_optimizer(module, optimizer_config)
+    total = 1
+    if module._trainer is not None:
+        estimated = module.trainer.estimated_stepping_batches
+        total = int(estimated) if estimated != float("inf") else 1
+    scheduler = build_scheduler(optimizer, scheduler_config, total)
+    if scheduler is None:
+        return optimizer
+    return {"optimizer": optimizer, "lr_scheduler": scheduler}

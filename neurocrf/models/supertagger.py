@@ -35,7 +35,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 from torch import Tensor, nn
 
 from neurocrf.encoders import build_encoder
-from neurocrf.models.optim import build_optimizer, build_scheduler
+from neurocrf.models.optim import configure_optimizers
 from neurocrf.models.tagger import plain
 from neurocrf.parsing.parser import Parser, candidates_from_topk
 
@@ -306,15 +306,7 @@ class Supertagger(pl.LightningModule):
     # ------------------------------------------------------------------ optimisation
 
     def configure_optimizers(self) -> Any:
-        optimizer = build_optimizer(self, self.optimizer_config)
-        total = 1
-        if self._trainer is not None:
-            estimated = self.trainer.estimated_stepping_batches
-            total = int(estimated) if estimated != float("inf") else 1
-        scheduler = build_scheduler(optimizer, self.scheduler_config, total)
-        if scheduler is None:
-            return optimizer
-        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+        return configure_optimizers(self, self.optimizer_config, self.scheduler_config)
 
     # ------------------------------------------------------------------ inference
 

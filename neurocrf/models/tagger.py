@@ -30,8 +30,7 @@ from neurocrf.models.lbfgs import FullBatchLBFGS
 from neurocrf.models.metrics import SpanScores, span_scores, write_report
 from neurocrf.models.optim import (
     DEFAULT_LBFGS_SIGMA2,
-    build_optimizer,
-    build_scheduler,
+    configure_optimizers,
     is_full_batch,
     l2_penalty,
 )
@@ -419,15 +418,7 @@ class Tagger(pl.LightningModule):
     # ------------------------------------------------------------------ optimisation
 
     def configure_optimizers(self) -> Any:
-        optimizer = build_optimizer(self, self.optimizer_config)
-        total = 1
-        if self._trainer is not None:
-            estimated = self.trainer.estimated_stepping_batches
-            total = int(estimated) if estimated != float("inf") else 1
-        scheduler = build_scheduler(optimizer, self.scheduler_config, total)
-        if scheduler is None:
-            return optimizer
-        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+        return configure_optimizers(self, self.optimizer_config, self.scheduler_config)
 
     def on_train_start(self) -> None:
         if not self.full_batch:
