@@ -30,27 +30,18 @@ import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.cli.utils import compose_task_config
 
 
 def compose_config(name: str, output_dir: Path, overrides: list[str]) -> DictConfig:
-    """``configs/<name>.yaml`` composed as its entry point would see it, writing into output_dir."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    paths = [f"paths.output_dir={output_dir}", f"paths.log_dir={output_dir}"]
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name=name, return_hydra_config=True, overrides=paths + overrides)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
+    return compose_task_config(name, output_dir, overrides)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,15 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from neurocrf.cli.extract import extract
 from neurocrf.cli.parse import parse
 from neurocrf.cli.parse_evaluate import evaluate_predictions
 from neurocrf.cli.supertag_train import train
-from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.cli.utils import compose_task_config
 from neurocrf.models.supertag_data import load_treebank, read_supertag_corpus
 from neurocrf.models.supertagger import Supertagger
 from neurocrf.parsing import read_treebank
@@ -31,14 +29,7 @@ QUIET = ["~logger", "~callbacks.progress_bar", "+trainer.enable_progress_bar=fal
 
 
 def compose_config(name: str, out: Path, data_dir: Path, overrides: list[str]) -> DictConfig:
-    """``configs/<name>.yaml`` as its entry point would see it, writing under ``out``."""
-    paths = [f"paths.output_dir={out}", f"paths.log_dir={out}", f"paths.data_dir={data_dir}"]
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name=name, return_hydra_config=True, overrides=paths + overrides)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
+    return compose_task_config(name, out, overrides, data_dir)
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from neurocrf.cli.evaluate import evaluate
 from neurocrf.cli.predict import detect_input_format, predict
 from neurocrf.cli.train import train
-from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import read_conll
 from neurocrf.data.sample import ensure_sample_corpus
 from neurocrf.data.schemes import convert_tags, validate_tags
@@ -27,15 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def compose_config(name: str, out: Path, overrides: list[str]) -> DictConfig:
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            config_name=name, return_hydra_config=True,
-            overrides=[f"paths.output_dir={out}", f"paths.log_dir={out}", *overrides],
-        )
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
+    return compose_task_config(name, out, overrides)
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,10 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from neurocrf.cli.train import train
-from neurocrf.cli.utils import CONFIG_DIR, metric_value
+from neurocrf.cli.utils import compose_task_config, metric_value
 from neurocrf.data.sample import ensure_sample_corpus
 from neurocrf.models.metrics import span_scores
 from neurocrf.models.tagger import Tagger
@@ -58,16 +56,7 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def compose_config(name: str, tmp_path: Path, data_dir: Path | None, overrides: list[str]) -> DictConfig:
-    """Compose ``configs/<name>.yaml`` as the entry point would see it, writing under tmp_path."""
-    paths = [f"paths.output_dir={tmp_path}", f"paths.log_dir={tmp_path}"]
-    if data_dir is not None:
-        paths.append(f"paths.data_dir={data_dir}")
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name=name, return_hydra_config=True, overrides=paths + overrides)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]  # the task function never sees it
-    return cfg
+    return compose_task_config(name, tmp_path, overrides, data_dir)
 
 
 def test_every_preset_composes(tmp_path: Path) -> None:

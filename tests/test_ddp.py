@@ -15,13 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from neurocrf.cli.evaluate import evaluate
 from neurocrf.cli.train import train
-from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import read_conll
 from neurocrf.data.sample import ensure_sample_corpus
 from neurocrf.data.schemes import get_spans
@@ -47,13 +45,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def compose_config(name: str, output_dir: Path, data_dir: Path, overrides: list[str]) -> DictConfig:
-    paths = [f"paths.output_dir={output_dir}", f"paths.log_dir={output_dir}", f"paths.data_dir={data_dir}"]
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name=name, return_hydra_config=True, overrides=paths + overrides)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
+    return compose_task_config(name, output_dir, overrides, data_dir)
 
 
 def gold_spans(path: Path) -> int:

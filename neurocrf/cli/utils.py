@@ -158,3 +158,23 @@ def log_config(loggers: list[Any], cfg: DictConfig, extra: Mapping[str, Any] | N
     params.update(extra or {})
     for logger in loggers:
         logger.log_hyperparams(params)
+
+
+def compose_task_config(
+    name: str, output_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), data_dir: str | Path | None = None
+) -> DictConfig:
+    """``configs/<name>.yaml`` composed as its entry point sees it (for scripts and tests): every
+    output path under ``output_dir``, the Hydra runtime set, the ``hydra`` node removed."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    paths = [f"paths.output_dir={output_dir}", f"paths.log_dir={output_dir}"]
+    if data_dir is not None:
+        paths.append(f"paths.data_dir={data_dir}")
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name=name, return_hydra_config=True, overrides=paths + list(overrides))
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]  # the task function never sees it
+    return cfg
