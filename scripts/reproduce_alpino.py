@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, default=200, help="BiLSTM hidden size per direction")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--dropout", type=float, default=0.3)
+    ap.add_argument("--word-dropout", type=float, default=0.0, help="replace training words by <unk>")
+    ap.add_argument("--head-dropout", type=float, default=0.2, help="dropout before the two heads")
+    ap.add_argument("--char", choices=["cnn", "lstm"], default="cnn")
+    ap.add_argument("--char-hidden", type=int, default=50)
     ap.add_argument("--lr", type=float, default=0.002)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--k", type=int, default=10)
@@ -89,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         f"encoder.hidden_size={args.hidden}",
         f"encoder.num_layers={args.layers}",
         f"encoder.dropout={args.dropout}",
-        "encoder.char=cnn",
+        f"encoder.word_dropout={args.word_dropout}",
+        f"encoder.char={args.char}",
+        f"encoder.char_hidden={args.char_hidden}",
+        f"heads.dropout={args.head_dropout}",
         f"optimizer.lr={args.lr}",
         f"data.batch_size={args.batch_size}",
         f"trainer.max_epochs={args.epochs}",
@@ -153,8 +160,9 @@ def results_table(args: argparse.Namespace, stats: dict, oracle: dict, reports: 
         f"{pct(stats['total']['discontinuity_rate'])}% of sentences have a discontinuous constituent "
         f"(max fanout {stats['total']['max_fanout']})."),
         "",
-        (f"Supertagger: BiLSTM {args.layers} x {args.hidden} per direction, word (100) + char CNN "
-        f"embeddings from scratch, dropout {args.dropout}, Adam lr {args.lr}, batch {args.batch_size}; "
+        (f"Supertagger: BiLSTM {args.layers} x {args.hidden} per direction, word (100) + char "
+        f"{args.char.upper()} ({args.char_hidden}) embeddings from scratch, dropout {args.dropout}, word dropout "
+        f"{args.word_dropout}, head dropout {args.head_dropout}, Adam lr {args.lr}, batch {args.batch_size}; "
         f"{epochs} epochs in {train_minutes:.1f} min on {args.threads} CPU thread(s) "
         f"({platform.processor() or platform.machine()}); best checkpoint by dev supertag accuracy "
         f"({pct(metrics.get('val/supertag_acc_best', float('nan')))}). "
@@ -182,6 +190,8 @@ def results_table(args: argparse.Namespace, stats: dict, oracle: dict, reports: 
         "",
         (f"Total wall time {total_minutes:.1f} min. Command: `python scripts/reproduce_alpino.py "
          f"--epochs {args.epochs} --max-minutes {args.max_minutes:g} --hidden {args.hidden} --layers {args.layers} "
+         f"--dropout {args.dropout} --word-dropout {args.word_dropout} --head-dropout {args.head_dropout} "
+         f"--char {args.char} --char-hidden {args.char_hidden} "
          f"--k {args.k} --fallback-k {args.fallback_k} --threads {args.threads} --out {args.out}`."),
         "",
     ]

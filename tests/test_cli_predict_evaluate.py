@@ -133,3 +133,53 @@ def test_predict_module_entry_point(trained: dict[str, Path], tmp_path: Path) ->
     record = json.loads(result.stdout.strip())
     assert record["tokens"] == ["Mr.", "Smith", "works", "in", "Paris", "."]
     assert (tmp_path / "logs" / "predict" / "runs").is_dir()  # the run dir came from configs/hydra
+
+
+def _chunk_corpus(path: Path, sentences: int, seed: int) -> None:
+    """``word POS chunk`` lines whose chunks follow the POS column only: every word is new, so a
+    model can tag the test file only through its POS column."""
+    import random
+
+    rng = random.Random(seed)
+    patterns = [[("DT", "B-NP"), ("NN", "I-NP")], [("VBZ", "B-VP")], [("IN", "B-PP")], [("NNP", "B-NP")]]
+    lines = []
+    for s in range(sentences):
+        for _ in range(rng.randint(2, 6)):
+            for pos, chunk in rng.choice(patterns):
+                lines.append(f"w{seed}x{s}x{rng.randrange(10**6)} {pos} {chunk}")
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_token_columns_model_reads_the_same_columns_in_predict_and_evaluate(tmp_path: Path) -> None:
+    """A features CRF trained on word + POS (data.token_columns) is given word + POS again by
+    neurocrf-predict and neurocrf-evaluate, from the checkpoint alone."""
+    train_file, test_file = tmp_path / "train.txt", tmp_path / "test.txt"
+    _chunk_corpus(train_file, 60, seed=1)
+    _chunk_corpus(test_file, 20, seed=2)
+    data = [f"data.train_path={train_file}", f"data.test_path={test_file}", "data.dev_fraction=0.2"]
+    cfg = compose_config("train", tmp_path / "train", [
+        "data=conll2000", *data, "data.token_columns=[0,1]", "encoder=features",
+        "encoder.templates=[token,'col1[-1,0]']", "crf=first_order", "~logger", "test=false",
+        "trainer.max_epochs=4", "optimizer.lr=0.1", "data.batch_size=8",
+    ])
+    train(cfg)
+    ckpt = tmp_path / "train" / "checkpoints" / "last.ckpt"
+    assert Tagger.load(ckpt).token_columns == [0, 1]
+
+    output = tmp_path / "pred.conll"
+    predict(compose_config("predict", tmp_path / "predict", [f"ckpt_path={ckpt}", f"input={test_file}", f"output={output}", "scheme=IOB2"]))
+    gold = read_conll(test_file, tag_column=2)
+    written = read_conll(output, tag_column=3)
+    assert [s.tokens for s in written] == [s.tokens for s in gold]
+    predicted_f1 = span_scores([s.tags for s in gold], [s.tags for s in written], "IOB2").f1
+    assert predicted_f1 > 0.95  # unseen words: only the POS column can tag them
+
+    # evaluate with the plain data config (no token_columns): the checkpoint supplies them
+    metrics, _ = evaluate(compose_config("evaluate", tmp_path / "evaluate", [f"ckpt_path={ckpt}", "data=conll2000", *data]))
+    assert metrics["test/f1"] == pytest.approx(predicted_f1, abs=1e-6)
+
+    text = tmp_path / "in.txt"
+    text.write_text("the dog barks\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"in.txt:1: token columns \[0, 1\] need a column file"):
+        predict(compose_config("predict", tmp_path / "text", [f"ckpt_path={ckpt}", f"input={text}", "input_format=text"]))

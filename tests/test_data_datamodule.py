@@ -289,5 +289,5 @@ def test_token_columns_join_extra_columns_for_the_encoder(tmp_path):
     assert module.tags == ["O", "B-NP", "B-VP", "I-NP", "I-VP"]
     bad = SequenceDataModule(path, path, path, file_scheme="IOB2", scheme="IOB2",
                              reader={"tag_column": 2}, token_columns=[0, 5])
-    with pytest.raises(ConllFormatError, match=r"chunks.txt:1: token_columns \[0, 5\] name column"):
+    with pytest.raises(ConllFormatError, match=r"chunks.txt:1: token columns \[0, 5\] name column"):
         bad.setup("fit")

@@ -15,7 +15,9 @@ or JSON lines, one object per input sentence (per line for text input, empty lin
      "spans": [{"type": "PER", "start": 0, "end": 2, "confidence": 0.97}],
      "nbest": [{"tags": [...], "probability": 0.91}, ...], "gold": [...]}
 
-Every output sentence has exactly as many tokens as the input sentence.
+Every output sentence has exactly as many tokens as the input sentence. A model trained on joined
+columns (``data.token_columns``, e.g. word + POS for the chunking features) reads the same columns
+of CoNLL input (``token_columns: null`` takes them from the checkpoint).
 """
 
 from __future__ import annotations
@@ -135,7 +137,10 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     sentences, read_as = read_input(str(cfg.input), cfg.get("input_format", "auto"), reader)  # type: ignore[arg-type]
     model = Tagger.load(cfg.ckpt_path, map_location="cpu").to(torch.device(cfg.get("device", "cpu")))
     nbest = int(cfg.get("nbest", 0))
-    predictions = model.predict([s.tokens for s in sentences], batch_size=int(cfg.get("batch_size", 32)), nbest=nbest)
+    columns = cfg.get("token_columns")
+    columns = model.token_columns if columns is None else [int(c) for c in columns]
+    inputs = [s.tokens for s in sentences] if columns is None else [s.joined_columns(columns) for s in sentences]
+    predictions = model.predict(inputs, batch_size=int(cfg.get("batch_size", 32)), nbest=nbest)
     for sentence, prediction in zip(sentences, predictions):
         if len(prediction.tags) != len(sentence.tokens):  # the contract of Tagger.predict
             raise RuntimeError(f"{sentence.location()}: {len(sentence.tokens)} tokens but {len(prediction.tags)} tags")

@@ -65,6 +65,30 @@ class Sentence:
             line = None if self.line is None else self.line + index
         return f"{self.source or '<unknown>'}:{line if line is not None else '?'}"
 
+    def joined_columns(self, columns: Sequence[int], separator: str = "\t") -> list[str]:
+        """Each token as the named raw columns joined by ``separator`` (``"word\tPOS"``), what a
+        model trained with ``data.token_columns`` reads.
+
+        Raises:
+            ConllFormatError: naming file and line when the sentence has no raw columns (plain
+                text) or a line lacks one of the columns.
+        """
+        if self.columns is None:
+            raise ConllFormatError(
+                f"{self.location(0)}: token columns {list(columns)} need a column file (CoNLL input),"
+                " this sentence has no columns"
+            )
+        joined = []
+        for i, fields in enumerate(self.columns):
+            missing = [c for c in columns if not -len(fields) <= c < len(fields)]
+            if missing:
+                raise ConllFormatError(
+                    f"{self.location(i)}: token columns {list(columns)} name column(s) {missing},"
+                    f" but the line has {len(fields)} columns"
+                )
+            joined.append(separator.join(fields[c] for c in columns))
+        return joined
+
 
 def _decode(data: bytes, path: str, encoding: str) -> str:
     try:

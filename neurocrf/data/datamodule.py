@@ -326,27 +326,12 @@ class SequenceDataModule(pl.LightningDataModule):
 
     def _convert(self, sentence: Sentence) -> Sentence:
         if self.token_columns is not None:
-            sentence = dataclasses.replace(sentence, tokens=self._joined_tokens(sentence))
+            sentence = dataclasses.replace(sentence, tokens=sentence.joined_columns(self.token_columns))
         if sentence.tags is None or self.file_scheme == self.scheme:
             return sentence
         return dataclasses.replace(
             sentence, tags=convert_tags(sentence.tags, self.file_scheme, self.scheme)
         )
-
-    def _joined_tokens(self, sentence: Sentence) -> list[str]:
-        assert self.token_columns is not None
-        if sentence.columns is None:
-            raise ValueError(f"{sentence.location(0)}: token_columns needs the raw columns of the file")
-        joined = []
-        for i, fields in enumerate(sentence.columns):
-            missing = [c for c in self.token_columns if not -len(fields) <= c < len(fields)]
-            if missing:
-                raise ConllFormatError(
-                    f"{sentence.location(i)}: token_columns {self.token_columns} name column(s) {missing},"
-                    f" but the line has {len(fields)} columns"
-                )
-            joined.append("\t".join(fields[c] for c in self.token_columns))
-        return joined
 
     def _check_known(self, sentence: Sentence, split: str) -> None:
         for position, tag in enumerate(sentence.tags or ()):

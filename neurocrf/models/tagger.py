@@ -544,6 +544,13 @@ class Tagger(pl.LightningModule):
 
     # ------------------------------------------------------------------ inference
 
+    @property
+    def token_columns(self) -> list[int] | None:
+        """The input columns joined into each token at training time (``data.token_columns`` of
+        the run config, e.g. ``[0, 1]`` for word + POS), or None when tokens are words only."""
+        columns = ((self.hparams.get("config") or {}).get("data") or {}).get("token_columns")
+        return None if columns is None else [int(c) for c in columns]
+
     @classmethod
     def load(cls, path: str | Path, map_location: Any = "cpu") -> Tagger:
         """A trained tagger from a checkpoint (loaded with ``weights_only=True``), in eval mode."""
