@@ -254,6 +254,32 @@ def test_partial_labels(setup):
         torch.testing.assert_close(nll[row], expected)
 
 
+def test_window_log_partition(setup):
+    """Restricting the tags of a window of positions = enumerating the sequences it admits."""
+    crf, constraints, emissions, mask, generator = setup
+    lengths = mask.sum(1)
+    rows, starts, windows, expected = [], [], [], []
+    for row in range(emissions.shape[0]):
+        n = int(lengths[row])
+        if n == 0:
+            continue
+        ys, scores = enumerate_row(crf, constraints, emissions, mask, row)
+        for start in range(n):
+            width = 3  # padded past the row's end with "every tag allowed"
+            allowed = torch.rand(width, crf.num_tags, generator=generator) < 0.5
+            allowed[:, int(torch.randint(crf.num_tags, (1,), generator=generator))] = True
+            allowed[max(0, n - start):] = True
+            admitted = torch.ones(ys.shape[0], dtype=torch.bool)
+            for i in range(min(width, n - start)):
+                admitted &= allowed[i, ys[:, start + i]]
+            rows.append(row)
+            starts.append(start)
+            windows.append(allowed)
+            expected.append(torch.logsumexp(scores.masked_fill(~admitted, NEG_INF), 0))
+    got = crf.window_log_partition(emissions, mask, torch.tensor(rows), torch.tensor(starts), torch.stack(windows))
+    torch.testing.assert_close(got, torch.stack(expected).to(got.dtype))
+
+
 def test_marginals_are_gradient_of_log_partition(setup):
     crf, _, emissions, mask, _ = setup
     leaf = emissions.clone().requires_grad_(True)

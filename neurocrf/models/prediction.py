@@ -7,14 +7,17 @@ over Viterbi scores):
 - span confidence: the probability that the output contains exactly this span with this type,
   ``p(y_s .. y_{e-1} = the span's tags, and the span is not continued | x)``. It is computed
   exactly as ``exp(log Z_clamped - log Z)``, where ``Z_clamped`` is the partition function with
-  the emissions at positions ``s .. e-1`` restricted to the predicted tags (and, for IOB1 / IOB2,
+  the tags at positions ``s .. e-1`` restricted to the predicted tags (and, for IOB1 / IOB2,
   the continuation tag ``I-X`` forbidden at position ``e``; for an IOB1 span opened by ``I-X``,
-  ``B-X`` and ``I-X`` forbidden at ``s-1``). BIOES spans delimit themselves. For an
+  ``B-X`` and ``I-X`` forbidden at ``s-1``). BIOES spans delimit themselves. ``Z_clamped`` comes
+  from the head's ``window_log_partition`` (forward and backward scores once per batch, then a
+  few steps per span), so all span confidences cost time linear in the sentence length. For an
   unconstrained model this is the probability of the span's tag pattern; it is never below the
   joint probability of the whole Viterbi path and never above the smallest token marginal;
 - n-best: the ``n`` most probable tag sequences with their probabilities ``p(y | x)``.
 
-The head only needs ``log_partition``, ``marginals``, ``decode`` and ``nbest`` (the CRF contract).
+The head only needs ``log_partition``, ``window_log_partition``, ``marginals``, ``decode`` and
+``nbest`` (the CRF contract).
 """
 
 from __future__ import annotations
@@ -28,10 +31,6 @@ import torch
 from torch import Tensor
 
 from neurocrf.data.schemes import convert_tags, get_spans
-
-# Finite stand-in for -inf when clamping emissions: the CRF contract guarantees stable numerics
-# for emissions of magnitude up to 1e4, and exp(-1e4) is 0 in float32.
-_FORBIDDEN = -1.0e4
 
 
 class PredictedSpan(NamedTuple):
@@ -107,7 +106,7 @@ def build_predictions(
 
     Args:
         head: a CRF layer or the softmax head (``decode``, ``marginals``, ``log_partition``,
-            ``nbest``).
+            ``window_log_partition``, ``nbest``).
         emissions: ``[B, T, L]`` scores; mask: ``[B, T]`` bool, a prefix of ``len(tokens[i])``
             True positions per row.
         tokens: the ``B`` token lists; tags: the ``L`` tag strings; scheme: their scheme.
@@ -145,47 +144,50 @@ def _attach_spans(
     predictions: list[Prediction],
     tags: Sequence[str],
     scheme: str,
-    chunk: int = 256,
 ) -> None:
     tag_index = {tag: i for i, tag in enumerate(tags)}
-    jobs: list[tuple[int, Any, Tensor]] = []  # (sentence, span, forbidden [T, L])
+    jobs: list[tuple[int, Any, int, Tensor]] = []  # (sentence, span, window start, allowed [W, L])
     for i, prediction in enumerate(predictions):
         for span in get_spans(prediction.tags, scheme):
-            jobs.append((i, span, _span_forbidden(prediction.tags, span, tag_index, scheme, emissions.shape[1:])))
+            jobs.append((i, span, *_span_window(prediction.tags, span, tag_index, scheme)))
     if not jobs:
         return
-    log_z = head.log_partition(emissions, mask)  # [B]
-    confidences: list[float] = []
-    for begin in range(0, len(jobs), chunk):
-        part = jobs[begin : begin + chunk]
-        rows = torch.tensor([job[0] for job in part], device=emissions.device)
-        forbidden = torch.stack([job[2] for job in part]).to(emissions.device)  # [S, T, L]
-        clamped = emissions[rows].masked_fill(forbidden, _FORBIDDEN)
-        log_z_span = head.log_partition(clamped, mask[rows])  # [S]
-        probs = (log_z_span - log_z[rows]).exp().clamp(max=1.0)
-        confidences.extend(probs.tolist())
-    for (i, span, _), confidence in zip(jobs, confidences):
+    width = max(job[3].shape[0] for job in jobs)
+    allowed = torch.ones(len(jobs), width, len(tags), dtype=torch.bool)
+    for j, job in enumerate(jobs):
+        allowed[j, : job[3].shape[0]] = job[3]
+    rows = torch.tensor([job[0] for job in jobs], device=emissions.device)
+    starts = torch.tensor([job[2] for job in jobs], device=emissions.device)
+    log_z = head.log_partition(emissions, mask).double()  # [B]
+    log_z_span = head.window_log_partition(emissions, mask, rows, starts, allowed.to(emissions.device))
+    confidences = (log_z_span - log_z[rows]).exp().clamp(max=1.0).tolist()
+    for (i, span, _, _), confidence in zip(jobs, confidences):
         predictions[i].spans.append(PredictedSpan(span.type, span.start, span.end, float(confidence)))
 
 
-def _span_forbidden(
-    path: Sequence[str], span: Any, tag_index: dict[str, int], scheme: str, shape: torch.Size
-) -> Tensor:
-    """``[T, L]`` bool: the tag choices that would remove or change ``span``."""
-    forbidden = torch.zeros(shape, dtype=torch.bool)
+def _span_window(path: Sequence[str], span: Any, tag_index: dict[str, int], scheme: str) -> tuple[int, Tensor]:
+    """The positions whose tags decide that ``span`` is in the output: the first one and the
+    allowed tags ``[W, L]`` there (the span's own tags; no continuation ``I-X`` after an IOB span;
+    for an IOB1 span opened by ``I-X``, neither ``B-X`` nor ``I-X`` before it)."""
+    first, last = span.start, span.end - 1
+    inside = tag_index.get(f"I-{span.type}")
+    continues = scheme in ("IOB1", "IOB2") and span.end < len(path) and inside is not None
+    opens_with_inside = scheme == "IOB1" and span.start > 0 and path[span.start].startswith("I-")
+    first -= int(opens_with_inside)
+    last += int(continues)
+    allowed = torch.zeros(last - first + 1, len(tag_index), dtype=torch.bool)
     for t in range(span.start, span.end):
-        forbidden[t] = True
-        forbidden[t, tag_index[path[t]]] = False
-    if scheme in ("IOB1", "IOB2"):
-        inside = tag_index.get(f"I-{span.type}")
-        if span.end < len(path) and inside is not None:
-            forbidden[span.end, inside] = True
-        if scheme == "IOB1" and span.start > 0 and path[span.start].startswith("I-"):
-            for prefix in ("B", "I"):
-                other = tag_index.get(f"{prefix}-{span.type}")
-                if other is not None:
-                    forbidden[span.start - 1, other] = True
-    return forbidden
+        allowed[t - first, tag_index[path[t]]] = True
+    if continues:
+        allowed[-1] = True
+        allowed[-1, inside] = False
+    if opens_with_inside:
+        allowed[0] = True
+        for prefix in ("B", "I"):
+            other = tag_index.get(f"{prefix}-{span.type}")
+            if other is not None:
+                allowed[0, other] = False
+    return first, allowed
 
 
 def _attach_nbest(

@@ -35,7 +35,7 @@ from neurocrf.models.optim import (
     l2_penalty,
 )
 from neurocrf.models.prediction import Prediction, build_predictions
-from neurocrf.structs import build_crf
+from neurocrf.structs import ChainCRF, build_crf
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,21 @@ class SoftmaxHead(nn.Module):
     def log_partition(self, emissions: Tensor, mask: Tensor) -> Tensor:
         """``[B]``: sum over real positions of ``logsumexp`` over tags."""
         return (emissions.float().logsumexp(-1) * mask).sum(-1)
+
+    def window_log_partition(self, emissions: Tensor, mask: Tensor, rows: Tensor, starts: Tensor,
+                             allowed: Tensor) -> Tensor:
+        """``[J]`` :meth:`log_partition` of row ``rows[j]`` with the tags at positions
+        ``starts[j] ..`` restricted to ``allowed[j]`` (bool ``[J, W, L]``), positions counted over
+        the row's True mask positions (see ``ChainCRF.window_log_partition``)."""
+        order, lengths, width = ChainCRF._compaction(mask)
+        compact = ChainCRF._gather_positions(emissions.double(), order, width)  # [B, width, L]
+        span = allowed.shape[1]
+        positions = starts.unsqueeze(1) + torch.arange(span, device=emissions.device)  # [J, W]
+        inside = positions < lengths[rows].unsqueeze(1)
+        picked = compact[rows.unsqueeze(1), positions.clamp(max=max(width - 1, 0))]  # [J, W, L]
+        lost = picked.logsumexp(-1) - picked.masked_fill(~allowed, float("-inf")).logsumexp(-1)
+        full = (compact.logsumexp(-1) * ChainCRF._gather_positions(mask, order, width)).sum(-1)
+        return full[rows] - (lost * inside).sum(-1)
 
     def marginals(self, emissions: Tensor, mask: Tensor) -> Tensor:
         """``[B, T, L]`` token softmax, 0 at padding."""

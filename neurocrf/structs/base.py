@@ -231,6 +231,46 @@ class ChainCRF(nn.Module):
             return nll.mean()
         return nll.sum() / mask.sum().clamp(min=1)
 
+    @_float_math
+    def window_log_partition(
+        self, emissions: Tensor, mask: Tensor | None, rows: Tensor, starts: Tensor, allowed: Tensor
+    ) -> Tensor:
+        """``[J]`` log partition of row ``rows[j]`` with the tags at positions ``starts[j] ..
+        starts[j] + W - 1`` restricted to ``allowed[j]``.
+
+        The same value as :meth:`log_partition` of the row with every other tag's emission set to
+        ``-inf`` in the window, but the forward and backward scores are computed once for the batch
+        and each window costs O(W) steps: the exact confidences of all spans of a sentence take
+        time linear in its length.
+
+        Args:
+            emissions: ``[batch, seq_len, num_tags]``; mask: ``[batch, seq_len]`` bool.
+            rows: ``[J]`` row of each window; starts: ``[J]`` first position of each window,
+                counted over the row's True mask positions (the plain position for prefix masks).
+            allowed: bool ``[J, W, num_tags]``; positions past a row's length must allow every tag.
+        """
+        mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
+        device = emissions.device
+        rows, starts, allowed = rows.to(device).long(), starts.to(device).long(), allowed.to(device)
+        num, span = allowed.shape[:2]
+        if tuple(allowed.shape) != (num, span, self.num_tags) or allowed.dtype != torch.bool:
+            raise ValueError(f"allowed must be bool [windows, width, num_tags], got {allowed.dtype} {tuple(allowed.shape)}")
+        positions = starts.unsqueeze(1) + torch.arange(span, device=device)  # [J, W]
+        outside = positions >= lengths[rows].unsqueeze(1)
+        if bool((outside.unsqueeze(-1) & ~allowed).any()):
+            raise ValueError("a window restricts tags past the end of its row")
+        # each window shrinks to its last restricted position (at least one position)
+        restricted = (~allowed).any(-1) & ~outside
+        last = torch.where(restricted, torch.arange(1, span + 1, device=device), 0).amax(1).clamp(min=1)
+        out = torch.empty(num, dtype=torch.float64, device=device)
+        with torch.no_grad():
+            graph = Chain(*potentials, self._state_emissions(compact), lengths)
+            for size in last.unique().tolist():
+                chosen = (last == size).nonzero().squeeze(1)
+                states = self._allowed_states(allowed[chosen, :size])
+                out[chosen] = graph.window_log_partition(rows[chosen], starts[chosen], states)
+        return out
+
     def _allowed_states(self, allowed_tags: Tensor) -> Tensor:
         """Bool ``[B, T, L]`` allowed tags -> bool ``[B, T, *S]`` allowed states."""
         batch, seq_len = allowed_tags.shape[:2]

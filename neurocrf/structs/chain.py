@@ -118,6 +118,7 @@ class Chain:
         self._originals = (start, transitions, end, emissions)
         self._spread: float | None = None
         self._augmented: tuple[Tensor, Tensor, Tensor] | None = None
+        self._messages: tuple[Tensor, Tensor, Tensor, Tensor, Tensor] | None = None
 
     def _augmented_potentials(self) -> tuple[Tensor, Tensor, Tensor]:
         """Detached augmented ``start``, ``transitions`` and time-major ``emissions`` (built once)."""
@@ -177,6 +178,45 @@ class Chain:
         marg = marg[: self.seq_len].to(self.emissions.dtype)  # [T, B, *S']
         inner = (slice(None), slice(None)) + (slice(0, self.size),) * self.order
         return marg[inner].reshape(self.seq_len, self.batch, -1).transpose(0, 1)
+
+    def _log_messages(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """float64 augmented ``start``, ``transitions``, ``emissions`` and the forward and backward
+        log scores ``[T + 1, B, *S']`` (computed once per chain)."""
+        if self._messages is None:
+            start, moves, emissions = (x.to(torch.float64) for x in self._augmented_potentials())
+            self._messages = (start, moves, emissions, _forward_scores(start, moves, emissions),
+                              _backward_scores(moves, emissions))
+        return self._messages
+
+    def window_log_partition(self, rows: Tensor, starts: Tensor, allowed: Tensor) -> Tensor:
+        """``[J]`` log partition of row ``rows[j]`` with the states at positions ``starts[j] ..
+        starts[j] + W - 1`` restricted to ``allowed[j]`` (bool ``[J, W, *S]``, original states).
+
+        Every window must lie inside its row (``starts + W <= lengths[rows]``). The forward and
+        backward scores are computed once per chain; each window then costs O(W |S| C), so the
+        restricted partition functions of many short windows (span confidences) take time linear
+        in the sentence length instead of one full scan each. float64, no gradient.
+        """
+        num, width = allowed.shape[:2]
+        if num == 0:
+            return torch.zeros(0, dtype=torch.float64, device=allowed.device)
+        if bool((starts < 0).any()) or bool((starts + width > self.lengths[rows]).any()):
+            raise ValueError("every window must lie inside its row: 0 <= start and start + width <= length")
+        start, moves, emissions, alphas, betas = self._log_messages()
+        inner = (slice(None), slice(None)) + (slice(0, self.size),) * self.order
+        keep = allowed.new_ones((num, width) + (self.size + 1,) * self.order)
+        keep[inner] = allowed
+        first = start.expand(num, *start.shape)
+        before = alphas[(starts - 1).clamp(min=0), rows]  # [J, *S']
+        continued = torch.logsumexp(before.unsqueeze(-1) + moves, dim=1)
+        nd = start.dim()
+        alpha = torch.where((starts == 0).view(-1, *([1] * nd)), first, continued)
+        for i in range(width):
+            if i > 0:
+                alpha = torch.logsumexp(alpha.unsqueeze(-1) + moves, dim=1)
+            alpha = (alpha + emissions[starts + i, rows]).masked_fill(~keep[:, i], NEG_INF)
+        after = betas[starts + width - 1, rows]
+        return torch.logsumexp((alpha + after).reshape(num, -1), dim=1)
 
     # --- max and k-max semirings ----------------------------------------------------------------
     def _map_states(self, flat: Tensor) -> Tensor:
