@@ -163,6 +163,17 @@ def test_resume_continues_exactly(data_dir: Path, tmp_path: Path) -> None:
         torch.testing.assert_close(actual[key], expected[key], rtol=0, atol=1e-6, msg=key)
 
 
+def test_training_without_a_dev_split(data_dir: Path, tmp_path: Path) -> None:
+    """No dev split: validation is off and training + testing work; a callback that monitors a
+    dev metric is refused before training instead of never firing."""
+    common = ["data.dev_path=null", "data.sample_dir=null", "~logger", "trainer.max_epochs=2", "data.batch_size=16", *TINY_BILSTM]
+    metrics, objects = train(compose_config("train", tmp_path / "ok", data_dir, ["callbacks=none", *common]))
+    assert objects["trainer"].current_epoch == 2 and 0.0 <= metrics["test/f1"] <= 1.0
+    assert not [key for key in metrics if key.startswith("val/")]
+    with pytest.raises(ValueError, match="monitors 'val/f1', but the data has no dev split"):
+        train(compose_config("train", tmp_path / "refused", data_dir, common))
+
+
 def test_ddp_metrics_equal_single_process(data_dir: Path, tmp_path: Path) -> None:
     """Two CPU processes (ddp_spawn): gathered, deduplicated dev F1 equals the 1-process F1.
 

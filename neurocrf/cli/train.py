@@ -78,9 +78,14 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     datamodule.set_input_builder(model.encoder.prepare)
 
     callbacks: list[pl.Callback] = instantiate_list(cfg.get("callbacks"), "callback")
+    no_dev = hasattr(datamodule, "has_split") and not datamodule.has_split("dev")
+    if no_dev:
+        _check_no_dev_monitors(callbacks)
+        log.warning("no dev split (data.dev_path and data.dev_fraction are null): validation is off")
     loggers = instantiate_list(cfg.get("logger"), "logger")
     trainer: pl.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, _convert_="all"
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, _convert_="all",
+        **({"limit_val_batches": 0} if no_dev else {}),
     )
     log_config(loggers, cfg, {"data_summary": summary} if summary else None)
 
@@ -103,6 +108,19 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
             print(f"report: {cfg.paths.output_dir}/test_report.txt")
         objects["ckpt_path"] = ckpt_path
     return metrics, objects
+
+
+def _check_no_dev_monitors(callbacks: list[pl.Callback]) -> None:
+    """Without a dev split nothing logs ``val/*``: a callback monitoring it would silently never
+    fire (checkpoints, early stopping), so say so before training."""
+    for callback in callbacks:
+        monitor = getattr(callback, "monitor", None)
+        if isinstance(monitor, str) and monitor.startswith("val/"):
+            raise ValueError(
+                f"{type(callback).__name__} monitors {monitor!r}, but the data has no dev split"
+                " (data.dev_path and data.dev_fraction are null): give a dev split, or drop the"
+                " callback (e.g. callbacks=none, or ~callbacks.model_checkpoint)"
+            )
 
 
 def _best_checkpoint(trainer: pl.Trainer) -> str | None:

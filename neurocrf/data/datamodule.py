@@ -413,8 +413,9 @@ class SequenceDataModule(pl.LightningDataModule):
         )
         return self._loader(dataset, batch_sampler=sampler)
 
-    def val_dataloader(self) -> DataLoader:
-        return self.dataloader(self.dev_sentences)
+    def val_dataloader(self) -> DataLoader | list:
+        """The dev loader; no loader (validation skipped) when there is no dev split."""
+        return self.dataloader(self.dev_sentences) if self.has_split("dev") else []
 
     def test_dataloader(self) -> DataLoader:
         return self.dataloader(self.test_sentences)
