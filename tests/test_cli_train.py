@@ -214,3 +214,33 @@ def test_config_dir_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert Path(config_dir()) == Path(__file__).resolve().parents[1] / "configs"
     monkeypatch.setenv(CONFIGS_ENV, str(tmp_path))
     assert config_dir() == str(tmp_path.resolve())
+
+
+def test_wheel_carries_the_configs(tmp_path: Path) -> None:
+    """A non-editable install finds the Hydra configs: the wheel holds every configs/ file as
+    neurocrf/configs/..., where config_dir() looks last."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    from neurocrf.cli.utils import PACKAGED_CONFIGS
+
+    pytest.importorskip("setuptools")
+    repo = Path(__file__).resolve().parents[1]
+    assert (PACKAGED_CONFIGS / "train.yaml").is_file()
+    source = tmp_path / "src"  # build from a copy: an in-tree build would write into the checkout
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo / name, source / name)
+    for name in ("neurocrf", "configs"):
+        shutil.copytree(repo / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(source)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    (wheel,) = tmp_path.glob("neurocrf-*.whl")
+    packaged = {name for name in zipfile.ZipFile(wheel).namelist() if name.startswith("neurocrf/configs/")}
+    expected = {f"neurocrf/configs/{p.relative_to(repo / 'configs').as_posix()}" for p in (repo / "configs").rglob("*.yaml")}
+    assert expected and packaged == expected

@@ -2,8 +2,10 @@
 
 The config directory is, in order: ``$NEUROCRF_CONFIGS``; ``configs/`` of the repository this
 package sits in (``Path(__file__).parents[2]``, also true for an editable install); ``configs/``
-in the working directory. ``PROJECT_ROOT`` (used by ``configs/paths/default.yaml``) defaults to the
-directory above the config directory.
+in the working directory; the copy installed inside the package (``neurocrf/configs``, for a
+non-editable install). ``PROJECT_ROOT`` (used by ``configs/paths/default.yaml`` for logs and the
+generated sample) defaults to the directory above the config directory, or to the working
+directory when the configs are the installed copy.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 log = logging.getLogger(__name__)
 
 CONFIGS_ENV = "NEUROCRF_CONFIGS"
+PACKAGED_CONFIGS = Path(__file__).parents[1] / "configs"  # installed copy (a link in the repository)
 
 
 def config_dir() -> str:
@@ -30,7 +33,7 @@ def config_dir() -> str:
     override = os.environ.get(CONFIGS_ENV)
     if override:
         return str(Path(override).expanduser().resolve())
-    candidates = [Path(__file__).resolve().parents[2] / "configs", Path.cwd() / "configs"]
+    candidates = [Path(__file__).resolve().parents[2] / "configs", Path.cwd() / "configs", PACKAGED_CONFIGS]
     for candidate in candidates:
         if (candidate / "train.yaml").is_file():
             return str(candidate)
@@ -40,7 +43,9 @@ def config_dir() -> str:
 
 
 CONFIG_DIR = config_dir()
-os.environ.setdefault("PROJECT_ROOT", str(Path(CONFIG_DIR).parent))
+os.environ.setdefault(
+    "PROJECT_ROOT", str(Path.cwd() if Path(CONFIG_DIR) == PACKAGED_CONFIGS else Path(CONFIG_DIR).parent)
+)
 
 
 def to_plain(cfg: Any) -> Any:
