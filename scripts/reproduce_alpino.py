@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     reports = {}
     for k in sorted({args.k, 1}, reverse=True):
         reports[str(k)] = parse(compose_config("parse", work / f"parse_k{k}", [
-            *treebank, f"ckpt_path={ckpt}", "split=test", f"k={k}"]))
+            *treebank, f"ckpt_path={ckpt}", "split=test", f"k={k}", "fallback_k=null"]))
     if args.fallback_k > args.k:
         reports[f"{args.k} (+{args.fallback_k})"] = parse(compose_config("parse", work / "parse_fallback", [
             *treebank, f"ckpt_path={ckpt}", "split=test", f"k={args.k}", f"fallback_k={args.fallback_k}"]))

@@ -9,8 +9,8 @@ renormalised over the k, and a preterminal) -> :class:`neurocrf.parsing.parser.P
 discbracket trees (``NOPARSE`` fallback trees where the supertags do not combine). With
 ``oracle=true`` the gold supertags and preterminals of the treebank (weight 0, k=1) replace the
 supertagger: an upper bound that also checks the extraction -> parsing -> restoring path.
-``fallback_k=<n>`` (off by default) parses sentences whose k best supertags do not combine once
-more with their n best.
+``fallback_k=<n>`` (50 in ``configs/parse.yaml``; ``null`` is the paper's setting) parses
+sentences whose k best supertags do not combine once more with their n best.
 
 Writes ``<output>`` (discbracket, ``id<TAB>tree`` per line) and ``parse_report.json`` /
 ``parse_report.txt`` next to it: coverage (NOPARSE count), parser statuses, skipped (unknown or
@@ -78,7 +78,7 @@ def tag_and_parse(model: Any, ids: Sequence[str], words: Sequence[Sequence[str]]
     parse; tagging and parsing are timed separately.
 
     ``fallback_k`` (> k): sentences whose ``k`` best supertags do not combine are parsed once
-    more with their ``fallback_k`` best (an extension of the paper's setting, off by default);
+    more with their ``fallback_k`` best (an extension of the paper's setting; None: off);
     ``extra`` then counts the retried and rescued sentences. The parser keeps the ``k``
     lowest-weight candidates itself, and renormalising over ``fallback_k`` instead of ``k``
     shifts every weight of a token by the same constant, so first attempts are unchanged."""
