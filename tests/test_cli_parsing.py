@@ -59,7 +59,7 @@ def test_configs_compose(tmp_path: Path, data_dir: Path) -> None:
     assert compose_config("parse", tmp_path, data_dir, []).fallback_k == 50
     measured = compose_config("supertag", tmp_path, data_dir, ["experiment=alpino_supertagger_bilstm"])
     assert measured.treebank.name == "alpino" and measured.encoder.num_layers == 2
-    assert (measured.encoder.word_dropout, measured.heads.dropout, measured.trainer.max_epochs) == (0.2, 0.3, 40)
+    assert (measured.encoder.word_dropout, measured.heads.dropout, measured.trainer.max_epochs) == (0.2, 0.3, 60)
     assert compose_config("parse", tmp_path, data_dir, []).get("treebank") is None
     assert compose_config("extract", tmp_path, data_dir, []).treebank.name == "tiny"
     assert compose_config("parse_evaluate", tmp_path, data_dir, ["predictions=x"]).split == "test"
