@@ -330,8 +330,8 @@ def run_grid(args: argparse.Namespace) -> None:
             if dm is None:  # neurocrf's row came from an earlier run: rebuild the same data
                 dm = _datamodule("chunking_conll2000_features", workdir / "conll2000_data", 1, fraction)
             return run_crfsuite(dm.train_sentences, dm.test_sentences, templates, workdir / "conll2000_crfsuite",
-                                sigma2=100.0, max_iterations=args.conll2000_iterations, period=10, delta=1e-5,
-                                epsilon=1e-5, history_size=6)
+                                max_iterations=args.conll2000_iterations,
+                                **_peer_settings("chunking_conll2000_features", workdir / "conll2000_data"))
 
         _run(results, "conll2000/features/crfsuite", {"study": "conll2000", "encoder": "features",
              "features": templates, "crf": "first_order", "system": "crfsuite"}, peer, out)
@@ -369,8 +369,8 @@ def run_grid(args: argparse.Namespace) -> None:
             def jnlpba_peer() -> dict[str, Any]:
                 dm = _datamodule("precursor_jnlpba", workdir / "jnlpba_data", None, fraction)
                 return run_crfsuite(dm.train_sentences, dm.test_sentences, "set1", workdir / "jnlpba_crfsuite",
-                                    sigma2=100.0, max_iterations=args.max_iterations, period=1, delta=1e-4,
-                                    epsilon=1e-5, history_size=10)
+                                    max_iterations=args.max_iterations,
+                                    **_peer_settings("precursor_jnlpba", workdir / "jnlpba_data"))
 
             _run(results, "jnlpba/features/set1/crfsuite", {"study": "jnlpba", "encoder": "features",
                  "features": "set1", "crf": "first_order", "system": "crfsuite"}, jnlpba_peer, out)
@@ -394,6 +394,15 @@ def run_grid(args: argparse.Namespace) -> None:
                                                                  train_fraction=fraction)[0], out)
     if out is not None:
         write_tables(results, out)
+
+
+def _peer_settings(experiment: str, output_dir: Path) -> dict[str, Any]:
+    """CRFsuite's prior and convergence test, read from neurocrf's experiment config so that the
+    two systems always train the same objective to the same criterion."""
+    optimizer = compose(experiment, [], output_dir).optimizer
+    return {"sigma2": float(optimizer.l2_sigma2), "period": int(optimizer.period),
+            "delta": float(optimizer.tolerance_change), "epsilon": float(optimizer.tolerance_grad),
+            "history_size": int(optimizer.history_size)}
 
 
 def _datamodule(experiment: str, output_dir: Path, pos_column: int | None, fraction: float) -> Any:

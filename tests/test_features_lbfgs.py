@@ -370,6 +370,12 @@ def test_experiment_configs_compose(tmp_path: Path) -> None:
     assert bilstm.encoder.name == "bilstm" and bilstm.optimizer.name == "adam" and bilstm.crf.kind == "precursor"
     chunking = _compose(tmp_path, ["experiment=chunking_conll2000_features"])
     assert chunking.data.train_path.endswith("conll2000/train.txt") and chunking.optimizer.period == 10
+    assert cfg.trainer.precision == chunking.trainer.precision == "64-true"  # L-BFGS in float64
+    # the CRFsuite peer trains the experiment's objective to the experiment's convergence test
+    peer = _script()._peer_settings("chunking_conll2000_features", tmp_path / "peer")
+    optimizer = chunking.optimizer
+    assert peer == {"sigma2": optimizer.l2_sigma2, "period": optimizer.period, "delta": optimizer.tolerance_change,
+                    "epsilon": optimizer.tolerance_grad, "history_size": optimizer.history_size}
 
 
 @pytest.mark.parametrize("kind", ["first_order", "second_order", "precursor"])
