@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 import torch
@@ -144,3 +145,41 @@ def test_runs_on_cuda() -> None:
     encoder = build_encoder(config, build_vocabularies(config, _train()), num_tags=3).cuda()
     out = encoder(encoder.prepare(_train()))  # CPU inputs are moved to the module's device
     assert out.is_cuda and out.shape == (3, 3, 3)
+
+
+def test_label_pair_features_give_pair_emissions() -> None:
+    """With pair templates the encoder returns [B, T, L + 1, L]: rows a < L add the weights of the
+    position's pair features for (a, c) to the tag scores, row L is the tag scores alone."""
+    config = {"name": "features", "templates": "set1", "pair_templates": ["w[-1,0]"], "pair_min_count": 1}
+    vocabularies = build_vocabularies(config, _train())
+    assert "bias" not in vocabularies["pair_features"]  # the CRF's transition matrix is that feature
+    assert set(vocabularies["pair_features"]) == {f for s in _train() for t in extract_features(s, ["w[-1,0]"])
+                                                  for f in t if f != "bias"}
+    encoder = build_encoder(config, vocabularies, num_tags=3)
+    assert encoder.emits_scores and encoder.emits_pairs and encoder.pair_weights.weight.shape[1] == 9
+    with torch.no_grad():
+        encoder.weights.weight.normal_()
+        encoder.pair_weights.weight.normal_()
+    batch = [["EU", "call", "Zorglub"], ["the"]]
+    out = encoder(encoder.prepare(batch))
+    assert out.shape == (2, 3, 4, 3)
+    plain = build_encoder({"name": "features", "templates": "set1"}, vocabularies, num_tags=3)
+    plain.load_state_dict({"weights.weight": encoder.weights.weight})
+    scores = plain(plain.prepare(batch))
+    torch.testing.assert_close(out[:, :, 3], scores)
+    index = {f: i for i, f in enumerate(vocabularies["pair_features"])}
+    for t, token_features in enumerate(extract_features(batch[0], ["w[-1,0]"])):
+        known = [index[f] for f in token_features[1:] if f in index]
+        pair = encoder.pair_weights.weight[known].sum(0).view(3, 3)
+        torch.testing.assert_close(out[0, t, :3], scores[0, t].unsqueeze(0) + pair)
+    assert out[1, 1:].abs().sum() == 0  # padding
+    out[0, 1, 2, 0].backward()  # previous tag 2, tag 0 at "call": only w[-1]=EU and w[0]=call
+    fired = {index["w[-1]=EU"], index["w[0]=call"]}
+    grad = encoder.pair_weights.weight.grad
+    assert {int(i) for i in grad[:, 2 * 3 + 0].nonzero().flatten()} == fired
+    assert grad.abs().sum() == len(fired)
+    copy = pickle.loads(pickle.dumps(encoder.preparer))
+    for key, value in encoder.prepare(batch).items():
+        assert torch.equal(copy(batch)[key], value)
+    with pytest.raises(ValueError, match="pair_features"):
+        build_encoder(config, {"features": vocabularies["features"]}, num_tags=3)

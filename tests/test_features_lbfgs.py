@@ -371,6 +371,10 @@ def test_experiment_configs_compose(tmp_path: Path) -> None:
     chunking = _compose(tmp_path, ["experiment=chunking_conll2000_features"])
     assert chunking.data.train_path.endswith("conll2000/train.txt") and chunking.optimizer.period == 10
     assert cfg.trainer.precision == chunking.trainer.precision == "64-true"  # L-BFGS in float64
+    pairs = _compose(tmp_path, ["experiment=chunking_conll2000_pairs"])  # extends the chunking experiment
+    assert pairs.encoder.pair_templates == "chunking_pairs" and pairs.encoder.templates == "chunking"
+    assert pairs.data.dev_fraction is None and pairs.optimizer.l2_sigma2 == 10.0 and pairs.optimizer.chunk_tokens is None
+    assert pairs.data.token_columns == [0, 1] and pairs.trainer.precision == "64-true"
     # the CRFsuite peer trains the experiment's objective to the experiment's convergence test
     peer = _script()._peer_settings("chunking_conll2000_features", tmp_path / "peer")
     optimizer = chunking.optimizer
@@ -409,3 +413,35 @@ def test_tables_have_the_papers_shape(tmp_path: Path) -> None:
     assert "| precursor-induced CRF (memory=type) | set1 | 2.50 | 2.50 | 1.10 | 2.27 | 1.25 |" in text
     assert script.Results(tmp_path / "results.jsonl", redo=False).done("jnlpba/features/set1/precursor")
     assert not math.isnan(sum(r["f1"] for r in results.rows))
+
+
+def test_label_pair_features_train_checkpoint_and_predict(tmp_path: Path) -> None:
+    """Observation-dependent transitions end to end: L-BFGS fits a tagger whose encoder scores tag
+    pairs, the checkpoint loads weights-only and predicts what the trained model predicted, and the
+    pair weights moved (they are part of the objective and of the prior)."""
+    dm = _datamodule(size=30)
+    encoder = {"name": "features", "templates": "set1", "pair_templates": ["w[-1,0]"]}
+    vocabularies = build_vocabularies(encoder, [s.tokens for s in dm.train_sentences])
+    model = Tagger(encoder, {"kind": "first_order"}, dm.tags, dm.scheme, vocabularies,
+                   {"name": "lbfgs", "l2_sigma2": 10.0, "tolerance_change": 1e-4})
+    dm.set_input_builder(model.encoder.prepare)
+    trainer = _trainer(epochs=60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LBFGSNotConvergedWarning)
+        trainer.fit(model, datamodule=dm)
+    assert model.encoder.pair_weights.weight.abs().sum() > 0
+    squares = sum(float(p.detach().pow(2).sum()) for p in model.parameters())
+    assert float(model.regularizer().detach()) == pytest.approx(squares / 20.0, rel=1e-6)
+    path = tmp_path / "pairs.ckpt"
+    trainer.save_checkpoint(path)
+    torch.load(path, weights_only=True)
+    loaded = Tagger.load(path)
+    sentences = [s.tokens for s in dm.test_sentences]
+    expected = model.eval().predict(sentences)
+    got = loaded.predict(sentences, nbest=2)
+    assert [p.tags for p in got] == [p.tags for p in expected]
+    assert all(len(p.tags) == len(s) for p, s in zip(got, sentences))
+    for ours, reference in zip(got, expected):
+        assert ours.confidences == pytest.approx(reference.confidences)
+    with pytest.raises(ValueError, match="use the first_order CRF"):
+        Tagger(encoder, {"kind": "precursor"}, dm.tags, dm.scheme, vocabularies, {"name": "lbfgs"})

@@ -51,3 +51,20 @@ def test_bf16_autocast_on_cuda():
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = crf(emissions.bfloat16(), tags)
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
+
+
+def test_cuda_pair_emissions_match_cpu():
+    """Observation-dependent transitions on the GPU kernel (blocks of positions) = the CPU result."""
+    torch.manual_seed(2)
+    crf = build_crf("first_order", TAGS, "IOB2").double()
+    pairs = torch.randn(4, 37, len(TAGS) + 1, len(TAGS), dtype=torch.float64)
+    mask = torch.rand(4, 37) < 0.9
+    gpu = build_crf("first_order", TAGS, "IOB2").double().cuda()
+    gpu.load_state_dict(crf.state_dict())
+    on_gpu = pairs.cuda().requires_grad_(True)
+    gpu.log_partition(on_gpu, mask.cuda()).sum().backward()
+    on_cpu = pairs.clone().requires_grad_(True)
+    crf.log_partition(on_cpu, mask).sum().backward()
+    torch.testing.assert_close(on_gpu.grad.cpu(), on_cpu.grad)
+    torch.testing.assert_close(gpu.marginals(pairs.cuda(), mask.cuda()).cpu(), crf.marginals(pairs, mask))
+    assert gpu.decode(pairs.cuda(), mask.cuda()).cpu().tolist() == crf.decode(pairs, mask).tolist()

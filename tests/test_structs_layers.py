@@ -338,17 +338,22 @@ def test_blocked_exp_scan_equals_log_scan_on_long_rows(monkeypatch, budget):
         emissions = torch.randn(5, 53, len(tags), dtype=torch.float64) * 2
         mask = torch.rand(5, 53) < 0.9
         mask[3, 20:] = False
-        gold = crf.decode(emissions, mask).clamp(min=0)
-        results = {}
-        for name, limit in (("exp", budget), ("log", -1.0)):
-            monkeypatch.setattr(chain, "_BLOCK_BUDGET", limit)
-            crf.zero_grad()
-            leaf = emissions.clone().requires_grad_(True)
-            crf(leaf, gold, mask, reduction="sum").backward()
-            results[name] = [crf.log_partition(emissions, mask), leaf.grad, crf.marginals(emissions, mask),
-                             *[p.grad.clone() for p in crf.parameters()]]
-        for a, b in zip(results["exp"], results["log"]):
-            torch.testing.assert_close(a, b)
+        assert_exp_scan_equals_log_scan(monkeypatch, crf, emissions, mask, budget)
+
+
+def assert_exp_scan_equals_log_scan(monkeypatch, crf, emissions, mask, budget: float) -> None:
+    """Log Z, every gradient and the marginals: exp-space kernel at ``budget`` = log-space kernel."""
+    gold = crf.decode(emissions, mask).clamp(min=0)
+    results = {}
+    for name, limit in (("exp", budget), ("log", -1.0)):
+        monkeypatch.setattr(chain, "_BLOCK_BUDGET", limit)
+        crf.zero_grad()
+        leaf = emissions.clone().requires_grad_(True)
+        crf(leaf, gold, mask, reduction="sum").backward()
+        results[name] = [crf.log_partition(emissions, mask), leaf.grad, crf.marginals(emissions, mask),
+                         *[p.grad.clone() for p in crf.parameters()]]
+    for a, b in zip(results["exp"], results["log"]):
+        torch.testing.assert_close(a, b)
 
 
 def test_exp_scan_block_size_follows_spread(monkeypatch):

@@ -8,7 +8,9 @@ An encoder turns a batch of tokenised sentences into one vector per word::
 `prepare` runs in the DataLoader's collate function (so it must be cheap and must not touch the
 GPU); `forward` runs on the model's device. Encoders whose output already is a score per tag (the
 sparse feature encoder) set ``emits_scores = True`` and ``output_dim = num_tags``; the model then
-uses the output as emissions without a projection layer.
+uses the output as emissions without a projection layer. An encoder that also scores tag pairs
+(observation-dependent transitions) sets ``emits_pairs = True`` and returns pair emissions
+``[batch, seq_len, num_tags + 1, num_tags]`` (see :func:`neurocrf.structs.pair_emissions`).
 
 Each encoder keeps its tokens -> tensors step in ``encoder.preparer``, a small picklable callable
 holding no weights (``encoder.prepare`` calls it): hand that to DataLoader workers rather than the
@@ -33,6 +35,7 @@ class Encoder(nn.Module):
 
     output_dim: int
     emits_scores: bool = False
+    emits_pairs: bool = False
 
     def prepare(self, tokens: list[list[str]]) -> dict[str, Tensor]:
         """Turn a batch of sentences into CPU tensors for :meth:`forward`."""

@@ -25,6 +25,13 @@ Named sets: ``set1`` = token + window + norm; ``set2`` = set1 + prefix + suffix 
 window, word bigrams, POS bigrams and trigrams (Sha & Pereira 2003; the tokens must carry their POS
 column). Affixes fire only for words at least that long.
 
+Label-pair features (``pair_templates``, off by default): features conjoined with the pair
+(previous tag, tag) instead of the tag alone, Sha & Pereira's observation-dependent transitions.
+Their weights are an ``EmbeddingBag(num_pair_features, num_tags ** 2)``; the encoder then returns
+pair emissions ``[B, T, num_tags + 1, num_tags]`` (``emits_pairs``), which the first-order CRF
+takes at the same O(T L^2) cost. ``chunking_pairs`` = the current and previous POS and their
+bigram. Pair features have no ``bias`` (the CRF's transition matrix is that feature).
+
 Extra input columns (``colK``, K >= 1; column 0 is the word): :meth:`Encoder.prepare` takes
 tokens only, so a token must carry its columns pre-joined with ``column_separator`` (default a
 tab), e.g. ``"Paris\\tNNP"``; all templates then see column 0 as the word. A template naming a
@@ -51,10 +58,13 @@ from neurocrf.encoders.base import (
     sentence_mask,
     with_defaults,
 )
+from neurocrf.structs.linear_chain import pair_emissions
 
 DEFAULTS: dict[str, Any] = {
     "templates": "set2",  # set1 | set2 | full | a list of templates
     "min_count": 1,  # features seen fewer times in training are dropped
+    "pair_templates": None,  # templates conjoined with the tag pair (observation-dependent transitions)
+    "pair_min_count": 1,
     "column_separator": "\t",  # joins extra columns onto the token (only used by colK templates)
 }
 FEATURE_SETS: dict[str, list[str]] = {
@@ -68,6 +78,8 @@ FEATURE_SETS: dict[str, list[str]] = {
         "col1[-2,-1,0,1,2]", "col1[-2]|col1[-1]", "col1[-1]|col1[0]", "col1[0]|col1[1]", "col1[1]|col1[2]",
         "col1[-2]|col1[-1]|col1[0]", "col1[-1]|col1[0]|col1[1]", "col1[0]|col1[1]|col1[2]",
     ],
+    # label-pair features for chunking: POS at the previous and current token and their bigram
+    "chunking_pairs": ["col1[-1,0]", "col1[-1]|col1[0]"],
 }
 BIAS = "bias"
 BOS, EOS = "__BOS__", "__EOS__"
@@ -234,7 +246,9 @@ def parse_template(template: str) -> tuple[Extractor | None, int]:
 class FeatureTemplates:
     """Compiled templates: ``templates(tokens)`` -> the feature strings of every token."""
 
-    def __init__(self, templates: str | Sequence[str], column_separator: str | None = "\t") -> None:
+    def __init__(self, templates: str | Sequence[str], column_separator: str | None = "\t", bias: bool = True
+                 ) -> None:
+        self.bias = bias
         if isinstance(templates, str):
             if templates not in FEATURE_SETS:
                 raise ValueError(f"unknown feature set {templates!r}; expected one of {sorted(FEATURE_SETS)}")
@@ -249,10 +263,10 @@ class FeatureTemplates:
 
     def __getstate__(self) -> dict[str, Any]:
         # the compiled extractors are closures: pickle the template strings and recompile
-        return {"templates": self.templates, "column_separator": self.column_separator}
+        return {"templates": self.templates, "column_separator": self.column_separator, "bias": self.bias}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["templates"], state["column_separator"])  # type: ignore[misc]
+        self.__init__(state["templates"], state["column_separator"], state.get("bias", True))  # type: ignore[misc]
 
     def columns(self, tokens: Sequence[str]) -> list[Columns]:
         if not self.max_column:
@@ -271,7 +285,8 @@ class FeatureTemplates:
 
     def __call__(self, tokens: Sequence[str]) -> list[list[str]]:
         columns = self.columns(tokens)
-        return [[BIAS] + [f for extract in self.extractors for f in extract(columns, i)] for i in range(len(columns))]
+        first = [BIAS] if self.bias else []
+        return [first + [f for extract in self.extractors for f in extract(columns, i)] for i in range(len(columns))]
 
 
 def extract_features(
@@ -285,44 +300,69 @@ def extract_features(
     return FeatureTemplates(templates, column_separator)(tokens)
 
 
-def build_vocabularies(config: dict[str, Any], sentences: list[list[str]]) -> dict[str, Any]:
-    """``{"features": [...]}``: training features seen >= min_count times, ``bias`` first."""
-    options = with_defaults(config, DEFAULTS, "features")
-    templates = FeatureTemplates(options["templates"], options["column_separator"])
+def _pair_templates(options: dict[str, Any]) -> FeatureTemplates | None:
+    if not options["pair_templates"]:
+        return None
+    return FeatureTemplates(options["pair_templates"], options["column_separator"], bias=False)
+
+
+def _counted(templates: FeatureTemplates, sentences: list[list[str]], min_count: int, specials: tuple[str, ...]
+             ) -> list[str]:
     counts: Counter[str] = Counter()
     for sentence in sentences:
         for token_features in templates(sentence):
             counts.update(token_features)
-    return {"features": counted_vocabulary(counts, options["min_count"], specials=(BIAS,))}
+    return counted_vocabulary(counts, min_count, specials=specials)
+
+
+def build_vocabularies(config: dict[str, Any], sentences: list[list[str]]) -> dict[str, Any]:
+    """``{"features": [...]}``: training features seen >= min_count times, ``bias`` first; with
+    ``pair_templates`` also ``"pair_features"`` (seen >= pair_min_count times)."""
+    options = with_defaults(config, DEFAULTS, "features")
+    templates = FeatureTemplates(options["templates"], options["column_separator"])
+    vocabularies = {"features": _counted(templates, sentences, options["min_count"], (BIAS,))}
+    pair_templates = _pair_templates(options)
+    if pair_templates is not None:
+        vocabularies["pair_features"] = _counted(pair_templates, sentences, options["pair_min_count"], ())
+    return vocabularies
 
 
 class FeaturePreparer:
-    """Tokens -> flat feature ids + EmbeddingBag offsets (unseen features dropped), CPU tensors."""
+    """Tokens -> flat feature ids + EmbeddingBag offsets (unseen features dropped), CPU tensors;
+    with label-pair templates the same for the pair features, under keys prefixed ``pair_``."""
 
-    def __init__(self, templates: FeatureTemplates, features: list[str]) -> None:
+    def __init__(self, templates: FeatureTemplates, features: list[str],
+                 pair_templates: FeatureTemplates | None = None, pair_features: list[str] | None = None) -> None:
         self.templates = templates
         self.features = Lookup(features, unk=None)
+        self.pair_templates = pair_templates
+        self.pair_features = Lookup(pair_features or [], unk=None)
 
     def __call__(self, tokens: list[list[str]]) -> dict[str, Tensor]:
         mask = sentence_mask(tokens)
-        width = mask.shape[1]
-        ids: list[int] = []
-        offsets: list[int] = []
-        index = self.features.index
-        for sentence in tokens:
-            per_token = self.templates(sentence)
-            for t in range(width):
-                offsets.append(len(ids))
-                if t < len(per_token):
-                    ids.extend(i for i in map(index.get, per_token[t]) if i is not None)
-        features = torch.tensor(ids, dtype=torch.long)
-        offset_tensor = torch.tensor(offsets, dtype=torch.long)
-        return {
-            "features": features,
-            "offsets": offset_tensor,
-            "mask": mask,
-            **_gradient_layout(features, offset_tensor),
-        }
+        out = {"mask": mask, **_bags(self.templates, self.features, tokens, mask.shape[1])}
+        if self.pair_templates is not None:
+            pairs = _bags(self.pair_templates, self.pair_features, tokens, mask.shape[1])
+            out.update({f"pair_{key}": value for key, value in pairs.items()})
+        return out
+
+
+def _bags(templates: FeatureTemplates, vocabulary: Lookup, tokens: list[list[str]], width: int
+          ) -> dict[str, Tensor]:
+    """One bag of known feature ids per padded position: ``features``, ``offsets`` and the
+    gradient layout (see :func:`_gradient_layout`)."""
+    ids: list[int] = []
+    offsets: list[int] = []
+    index = vocabulary.index
+    for sentence in tokens:
+        per_token = templates(sentence)
+        for t in range(width):
+            offsets.append(len(ids))
+            if t < len(per_token):
+                ids.extend(i for i in map(index.get, per_token[t]) if i is not None)
+    features = torch.tensor(ids, dtype=torch.long)
+    offset_tensor = torch.tensor(offsets, dtype=torch.long)
+    return {"features": features, "offsets": offset_tensor, **_gradient_layout(features, offset_tensor)}
 
 
 def _gradient_layout(ids: Tensor, offsets: Tensor) -> dict[str, Tensor]:
@@ -370,18 +410,30 @@ class _BagSum(torch.autograd.Function):
 
 
 class FeatureEncoder(Encoder):
-    """Sparse features -> ``[B, T, num_tags]`` emission scores (sum of feature weights; 0 at padding)."""
+    """Sparse features -> ``[B, T, num_tags]`` emission scores (sum of feature weights; 0 at
+    padding), or pair emissions ``[B, T, num_tags + 1, num_tags]`` with label-pair templates."""
 
     def __init__(self, options: dict[str, Any], vocabularies: dict[str, Any], num_tags: int) -> None:
         super().__init__()
         if "features" not in vocabularies:
             raise ValueError("features encoder needs vocabularies['features'] (from build_vocabularies)")
         templates = FeatureTemplates(options["templates"], options["column_separator"])
-        self.preparer = FeaturePreparer(templates, vocabularies["features"])
+        pair_templates = _pair_templates(options)
+        if pair_templates is not None and "pair_features" not in vocabularies:
+            raise ValueError("encoder.pair_templates is set but vocabularies['pair_features'] is missing: the"
+                             " vocabularies were built without pair templates")
+        self.preparer = FeaturePreparer(templates, vocabularies["features"], pair_templates,
+                                        vocabularies.get("pair_features"))
         self.weights = nn.EmbeddingBag(len(vocabularies["features"]), num_tags, mode="sum")
         nn.init.zeros_(self.weights.weight)
+        self.pair_weights: nn.EmbeddingBag | None = None
+        if pair_templates is not None:
+            self.pair_weights = nn.EmbeddingBag(max(len(vocabularies["pair_features"]), 1), num_tags ** 2, mode="sum")
+            nn.init.zeros_(self.pair_weights.weight)
+        self.num_tags = num_tags
         self.output_dim = num_tags
         self.emits_scores = True
+        self.emits_pairs = pair_templates is not None
 
     def prepare(self, tokens: list[list[str]]) -> dict[str, Tensor]:
         return self.preparer(tokens)
@@ -389,14 +441,22 @@ class FeatureEncoder(Encoder):
     def forward(self, inputs: dict[str, Tensor]) -> Tensor:
         inputs = self._to_device(inputs)
         batch, width = inputs["mask"].shape
-        if batch * width == 0:
-            return self.weights.weight.new_zeros(batch, width, self.output_dim)
-        if "grad_rows" in inputs and torch.is_grad_enabled() and self.weights.weight.requires_grad:
-            scores = _BagSum.apply(self.weights.weight, inputs["features"], inputs["offsets"],
-                                   inputs["grad_rows"], inputs["grad_crow"], inputs["grad_col"])
-        else:
-            scores = self.weights(inputs["features"], inputs["offsets"])  # [B * T, num_tags]
-        return scores.view(batch, width, self.output_dim)
+        scores = _bag_scores(self.weights, inputs, "").view(batch, width, self.num_tags)
+        if self.pair_weights is None:
+            return scores
+        pairs = _bag_scores(self.pair_weights, inputs, "pair_").view(batch, width, self.num_tags, self.num_tags)
+        return pair_emissions(scores, pairs)
+
+
+def _bag_scores(bag: nn.EmbeddingBag, inputs: dict[str, Tensor], prefix: str) -> Tensor:
+    """``[B * T, dim]`` sums of the weights of each position's features (keys ``prefix + name``)."""
+    offsets = inputs[prefix + "offsets"]
+    if offsets.numel() == 0:
+        return bag.weight.new_zeros(0, bag.weight.shape[1])
+    if prefix + "grad_rows" in inputs and torch.is_grad_enabled() and bag.weight.requires_grad:
+        return _BagSum.apply(bag.weight, inputs[prefix + "features"], offsets, inputs[prefix + "grad_rows"],
+                             inputs[prefix + "grad_crow"], inputs[prefix + "grad_col"])
+    return bag(inputs[prefix + "features"], offsets)
 
 
 def build_features(config: dict[str, Any], vocabularies: dict[str, Any], num_tags: int) -> FeatureEncoder:

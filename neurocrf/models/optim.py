@@ -19,7 +19,8 @@ Optimizer config (``Tagger(optimizer=...)``)::
     tolerance_change: 1e-4   # converged when (f[k-period] - f[k]) / |f[k]| <= this
     period: 1                # 1: MALLET's test; CRFsuite: period 10, tolerance_change 1e-5
     tolerance_grad: 1e-5     # converged when ||g|| / max(||w||, 1) <= this (CRFsuite's epsilon)
-    history_size: 10, line_search_fn: strong_wolfe, max_line_search: 25, chunk_tokens: 20000
+    history_size: 10, line_search_fn: strong_wolfe, max_line_search: 25,
+    chunk_tokens: null       # 20000; for pair emissions (label-pair features) 1.5M / ((L + 1) L)
 
 Scheduler config (``Tagger(scheduler=...)``, or None)::
 

@@ -4,6 +4,9 @@
 
     words --encoder--> [B, T, H] --dropout, linear--> emissions [B, T, L] --head--> loss / tags
 
+(The feature encoder emits scores itself, no projection; with label-pair features they are pair
+emissions ``[B, T, L + 1, L]`` for the first-order CRF.)
+
 Everything the model is built from is a plain value (dicts, lists, strings, numbers), saved as
 hyperparameters, so a checkpoint loads with ``torch.load(path, weights_only=True)`` and
 :meth:`Tagger.load` rebuilds the model without the training config or corpus.
@@ -302,6 +305,11 @@ class Tagger(pl.LightningModule):
             self.dropout = nn.Dropout(float(head_config.get("dropout", 0.5)))
             self.projection = nn.Linear(self.encoder.output_dim, len(self.tags))
         self.head = build_head(head_config, self.tags, scheme)
+        if self.encoder.emits_pairs and not getattr(self.head, "accepts_pair_emissions", False):
+            raise ValueError(
+                f"the encoder scores tag pairs (label-pair features, encoder.pair_templates) but the"
+                f" {head_config.get('kind', 'first_order')} head takes tag scores only; use the first_order CRF"
+            )
 
         self.report_dir: str | None = None  # where test reports go (default: the logger's dir)
         self.report_prefix = "test"  # <prefix>_report.txt, <prefix>_metrics.json
@@ -456,7 +464,9 @@ class Tagger(pl.LightningModule):
 
         Read from the trainer's training loader (its dataset and collate function), sentences
         sorted by length and cut into chunks of at most ``max_tokens`` padded tokens
-        (``optimizer.chunk_tokens``, default 20000) so that padding stays small and memory bounded.
+        (``optimizer.chunk_tokens``; default 20000, and for pair emissions, whose tensors hold
+        ``(L + 1) L`` scores per token, as many tokens as fit 1.5M scores: several times faster
+        than large chunks on CPU) so that padding stays small and memory bounded.
         """
         if self._chunks is not None:
             return self._chunks
@@ -464,7 +474,9 @@ class Tagger(pl.LightningModule):
         dataset, collate = getattr(loader, "dataset", None), getattr(loader, "collate_fn", None)
         if dataset is None or collate is None or not hasattr(dataset, "__len__"):
             raise TypeError("full-batch L-BFGS needs a training DataLoader over a map-style dataset")
-        budget = int(max_tokens or self.optimizer_config.get("chunk_tokens", 20000))
+        num_tags = len(self.tags)
+        default = max(256, 1_500_000 // ((num_tags + 1) * num_tags)) if self.encoder.emits_pairs else 20000
+        budget = int(max_tokens or self.optimizer_config.get("chunk_tokens") or default)
         size = len(dataset)
         lengths = getattr(dataset, "lengths", None)
         order = sorted(range(size), key=lengths.__getitem__) if lengths is not None else list(range(size))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from neurocrf.structs.base import ChainCRF
 from neurocrf.structs.constraints import SCHEMES, Constraints, allowed_transitions
-from neurocrf.structs.linear_chain import LinearChainCRF
+from neurocrf.structs.linear_chain import LinearChainCRF, pair_emissions
 from neurocrf.structs.precursor import PrecursorInducedCRF
 from neurocrf.structs.second_order import SecondOrderCRF
 
@@ -46,4 +46,5 @@ __all__ = [
     "SecondOrderCRF",
     "allowed_transitions",
     "build_crf",
+    "pair_emissions",
 ]

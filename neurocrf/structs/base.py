@@ -38,6 +38,11 @@ def _float_math(method: F) -> F:
 class ChainCRF(nn.Module):
     """Base class: a CRF over tags whose exact inference runs on :mod:`neurocrf.structs.chain`.
 
+    Every method takes ``emissions`` ``[batch, seq_len, num_tags]``; layers with
+    ``accepts_pair_emissions`` (the first-order CRF) also take pair emissions ``[batch, seq_len,
+    num_tags + 1, num_tags]`` that score each (previous tag, tag) pair at each position (see
+    :func:`~neurocrf.structs.linear_chain.pair_emissions`). Marginals are per tag either way.
+
     Args:
         num_tags: number of tags ``L``.
         scan: ``"sequential"``, ``"parallel"`` (log-depth matrix products; first-order state spaces)
@@ -46,6 +51,8 @@ class ChainCRF(nn.Module):
     """
 
     state_labels: Tensor  # [num_states] tag of each flat state
+    # whether the layer takes pair emissions [B, T, L + 1, L] (observation-dependent transitions)
+    accepts_pair_emissions = False
 
     def __init__(self, num_tags: int, scan: str = "auto", parallel_threshold: int = 512) -> None:
         super().__init__()
@@ -70,12 +77,26 @@ class ChainCRF(nn.Module):
         """Compacted tag ids ``[B, T]`` -> flat state ids ``[B, T]`` of the unique state path."""
         raise NotImplementedError
 
+    def _split_pair_emissions(self, pairs: Tensor, transitions: Tensor) -> tuple[Tensor, Tensor]:
+        """Compacted pair emissions ``[B, T, L + 1, L]`` -> tag emissions ``[B, T, L]`` and
+        per-position transitions ``[B, T, *S, C]`` (layers with ``accepts_pair_emissions``)."""
+        raise NotImplementedError
+
     # --- input handling -------------------------------------------------------------------------
     def _check(self, emissions: Tensor, mask: Tensor | None) -> Tensor:
-        if not isinstance(emissions, Tensor) or emissions.dim() != 3:
+        pairs = isinstance(emissions, Tensor) and emissions.dim() == 4
+        if not isinstance(emissions, Tensor) or emissions.dim() != 3 and not pairs:
             shape = tuple(emissions.shape) if isinstance(emissions, Tensor) else type(emissions).__name__
             raise ValueError(f"emissions must be [batch, seq_len, num_tags], got {shape}")
-        if emissions.shape[2] != self.num_tags:
+        if pairs:
+            if not self.accepts_pair_emissions:
+                raise ValueError(f"{type(self).__name__} takes emissions [batch, seq_len, num_tags]; pair emissions "
+                                 f"{tuple(emissions.shape)} (observation-dependent transitions) need LinearChainCRF")
+            expected = (self.num_tags + 1, self.num_tags)
+            if tuple(emissions.shape[2:]) != expected:
+                raise ValueError(f"pair emissions must be [batch, seq_len, num_tags + 1, num_tags] with num_tags = "
+                                 f"{self.num_tags}, got {tuple(emissions.shape)}")
+        elif emissions.shape[2] != self.num_tags:
             raise ValueError(f"emissions have {emissions.shape[2]} tags in the last dim, the CRF has {self.num_tags}")
         if not emissions.is_floating_point():
             raise ValueError(f"emissions must be a floating point tensor, got {emissions.dtype}")
@@ -131,7 +152,7 @@ class ChainCRF(nn.Module):
         index = order[:, :width]
         if x.dim() == 2:
             return x.gather(1, index)
-        return x.gather(1, index.view(*index.shape, 1).expand(-1, -1, *x.shape[2:]))
+        return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
 
     @staticmethod
     def _scatter_positions(compact: Tensor, order: Tensor, width: int, fill: float, seq_len: int) -> Tensor:
@@ -154,6 +175,8 @@ class ChainCRF(nn.Module):
         order, lengths, width = self._compaction(mask)
         compact = self._gather_positions(emissions.to(dtype), order, width)
         start, transitions, end = self._potentials(dtype)
+        if compact.dim() == 4:
+            compact, transitions = self._split_pair_emissions(compact, transitions)
         return mask, order, lengths, width, compact, (start, transitions, end)
 
     def _use_parallel(self, state_emissions: Tensor) -> bool:

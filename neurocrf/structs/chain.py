@@ -13,7 +13,9 @@ a row moves to END after its last position (paying the end score) and stays ther
 padding and one extra final step. Rows of length 0 start in END, so their log partition is 0.
 
 Potentials (one dtype): ``start`` ``[*S]``, ``transitions`` ``[*S, C]``, ``end`` ``[*S]``,
-``emissions`` ``[batch, seq_len, *S]`` and ``lengths`` ``[batch]``.
+``emissions`` ``[batch, seq_len, *S]`` and ``lengths`` ``[batch]``. Transitions may also be given
+per position, ``[batch, seq_len, *S, C]`` (observation-dependent transitions): entry ``[b, t]``
+scores the move into compacted position ``t`` of row ``b``; entries at ``t = 0`` are unused.
 
 The log partition and marginals run a rescaled forward-backward in float64 probability space
 (matrix products, several times faster than logsumexp) whenever it can be certified to equal the
@@ -52,10 +54,16 @@ def _augment(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor,
     aug_start[inner] = start
     aug_start[(end_index,) * order] = 0.0
 
-    aug_moves = transitions.new_full(full + (size + 1,), NEG_INF)
-    aug_moves[inner + (slice(0, size),)] = transitions
-    aug_moves[inner + (end_index,)] = end
-    aug_moves[(slice(None),) * (order - 1) + (end_index, end_index)] = 0.0  # ended rows stay ended
+    # per-position moves are time-major [T + 1, B, *S', C']; row t holds the moves into position t
+    lead = (seq_len + 1, batch) if _per_position(transitions, order) else ()
+    every = (slice(None),) * len(lead)
+    aug_moves = transitions.new_full(lead + full + (size + 1,), NEG_INF)
+    if lead:
+        aug_moves[(slice(0, seq_len), slice(None)) + inner + (slice(0, size),)] = transitions.transpose(0, 1)
+    else:
+        aug_moves[inner + (slice(0, size),)] = transitions
+    aug_moves[every + inner + (end_index,)] = end
+    aug_moves[every + (slice(None),) * (order - 1) + (end_index, end_index)] = 0.0  # ended rows stay ended
 
     active = _active(lengths, seq_len).t()  # [T, B]
     aug_emissions = emissions.new_full((seq_len + 1, batch) + full, NEG_INF)
@@ -71,11 +79,15 @@ def _original_gradients(size: int, order: int, grad_start: Tensor, grad_moves: T
                         ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """Gradients of the augmented potentials -> gradients of start, transitions, end, emissions."""
     inner = (slice(0, size),) * order
+    steps = grad_emissions.shape[0] - 1
     moves = end = None
-    if grad_moves is not None:
+    if grad_moves is not None and grad_moves.dim() > order + 1:  # per position [T + 1, B, *S', C']
+        moves = grad_moves[(slice(0, steps), slice(None)) + inner + (slice(0, size),)].transpose(0, 1)
+        end = grad_moves[(slice(None), slice(None)) + inner + (size,)].sum((0, 1))
+    elif grad_moves is not None:
         moves = grad_moves[inner + (slice(0, size),)]
         end = grad_moves[inner + (size,)]
-    emissions = grad_emissions[(slice(0, grad_emissions.shape[0] - 1), slice(None)) + inner].transpose(0, 1)
+    emissions = grad_emissions[(slice(0, steps), slice(None)) + inner].transpose(0, 1)
     return grad_start[inner], moves, end, emissions
 
 
@@ -88,6 +100,25 @@ def _state_map(size: int, order: int, device: torch.device) -> Tensor:
     return torch.where((grid < size).all(-1), original, -1).to(device)
 
 
+def _range_with_zero(scores: Tensor) -> tuple[float, float]:
+    """Largest and smallest score, ``-inf`` entries left out and 0 always in (a few passes over
+    ``scores``, no copy when none is ``-inf``). ``+inf`` or NaN give a non-finite range."""
+    high, low = float(scores.amax()) if scores.numel() else 0.0, float(scores.amin()) if scores.numel() else 0.0
+    if low == NEG_INF:
+        low = float(scores.masked_fill(torch.isneginf(scores), 0.0).amin())
+    return max(high, 0.0), min(low, 0.0)
+
+
+def _per_position(transitions: Tensor, order: int) -> bool:
+    """True for per-position transitions (``[B, T, *S, C]`` or augmented ``[T + 1, B, *S', C']``)."""
+    return transitions.dim() == order + 3
+
+
+def _moves_into(moves: Tensor, emissions: Tensor, t: int) -> Tensor:
+    """The augmented transition scores into position ``t``: ``[*S', C']`` or, per position, ``[B, *S', C']``."""
+    return moves[t] if moves.dim() > emissions.dim() else moves
+
+
 def _active(lengths: Tensor, seq_len: int) -> Tensor:
     """``[batch, seq_len]`` bool: position < length."""
     return torch.arange(seq_len, device=lengths.device) < lengths.unsqueeze(1)
@@ -98,7 +129,7 @@ class Chain:
 
     Args:
         start: ``[*S]`` start scores.
-        transitions: ``[*S, C]`` transition scores.
+        transitions: ``[*S, C]`` transition scores, or ``[batch, seq_len, *S, C]`` per position.
         end: ``[*S]`` end scores.
         emissions: ``[batch, seq_len, *S]`` state scores at each compacted position.
         lengths: ``[batch]`` number of valid positions per row.
@@ -111,6 +142,11 @@ class Chain:
         if tuple(start.shape) != (size,) * order or tuple(end.shape) != tuple(start.shape):
             raise ValueError(f"start {tuple(start.shape)} and end {tuple(end.shape)} must have the state shape "
                              f"{(size,) * order} of transitions {tuple(transitions.shape)}")
+        self.per_position = _per_position(transitions, order)
+        expected = ((batch, seq_len) if self.per_position else ()) + (size,) * (order + 1)
+        if tuple(transitions.shape) != expected:
+            raise ValueError(f"transitions {tuple(transitions.shape)} must be [*S, C] = {(size,) * (order + 1)} or "
+                             f"per position [batch, seq_len, *S, C] = {(batch, seq_len) + (size,) * (order + 1)}")
         self.batch, self.seq_len, self.order, self.size = batch, seq_len, order, size
         self.original_states = size ** order
         self.lengths = lengths
@@ -151,10 +187,10 @@ class Chain:
                     high = emissions.amax(-1)
                     low = emissions.masked_fill(torch.isneginf(emissions), float("inf")).amin(-1)
                     emission_spread = torch.where(torch.isfinite(high), high - low, torch.zeros_like(high)).amax()
-                scores = torch.cat([start.reshape(-1), moves.reshape(-1), end.reshape(-1), moves.new_zeros(1)])
-                finite = torch.where(torch.isfinite(scores), scores, torch.zeros_like(scores))
-                bound = 2 * emission_spread + finite.amax() - finite.amin() + math.log(self.original_states + 1)
-                self._spread = float(bound)
+                ranges = [_range_with_zero(x) for x in (start, moves, end)]
+                high = max(high for high, _ in ranges)
+                low = min(low for _, low in ranges)
+                self._spread = float(2 * emission_spread + high - low + math.log(self.original_states + 1))
         return self._spread
 
     # --- log semiring ---------------------------------------------------------------------------
@@ -206,14 +242,17 @@ class Chain:
         inner = (slice(None), slice(None)) + (slice(0, self.size),) * self.order
         keep = allowed.new_ones((num, width) + (self.size + 1,) * self.order)
         keep[inner] = allowed
+        def moves_into(positions: Tensor) -> Tensor:  # [J, *S', C'] or the shared [*S', C']
+            return moves[positions, rows] if self.per_position else moves
+
         first = start.expand(num, *start.shape)
         before = alphas[(starts - 1).clamp(min=0), rows]  # [J, *S']
-        continued = torch.logsumexp(before.unsqueeze(-1) + moves, dim=1)
+        continued = torch.logsumexp(before.unsqueeze(-1) + moves_into(starts), dim=1)
         nd = start.dim()
         alpha = torch.where((starts == 0).view(-1, *([1] * nd)), first, continued)
         for i in range(width):
             if i > 0:
-                alpha = torch.logsumexp(alpha.unsqueeze(-1) + moves, dim=1)
+                alpha = torch.logsumexp(alpha.unsqueeze(-1) + moves_into(starts + i), dim=1)
             alpha = (alpha + emissions[starts + i, rows]).masked_fill(~keep[:, i], NEG_INF)
         after = betas[starts + width - 1, rows]
         return torch.logsumexp((alpha + after).reshape(num, -1), dim=1)
@@ -231,7 +270,7 @@ class Chain:
     def viterbi(self) -> tuple[Tensor, Tensor]:
         """Best path: original flat states ``[batch, seq_len]`` (-1 past each length), scores ``[batch]``."""
         batch, width = self.batch, self.size + 1
-        # moves[t][b, a, *r, c] = W[a, *r, c] + E[t, b, *r, c]: one add and one max per position
+        # moves[t][b, a, *r, c] = W[(t, b,) a, *r, c] + E[t, b, *r, c]: one add and one max per position
         moves = (self.transitions + self.emissions.unsqueeze(2)).unbind(0)
         score = self.start + self.emissions[0]
         pointers = []
@@ -264,7 +303,7 @@ class Chain:
         score[..., 0] = self.start + self.emissions[0]
         moves = self.transitions.unsqueeze(-1)
         for t in range(1, steps):
-            best, pointer = semiring.plus_with_argmax(score.unsqueeze(-2) + moves)
+            best, pointer = semiring.plus_with_argmax(score.unsqueeze(-2) + _moves_into(moves, self.emissions, t))
             score = best + self.emissions[t].unsqueeze(-1)
             pointers[t] = pointer.reshape(batch, num_states, k)
         final = score.reshape(batch, num_states * k)
@@ -294,7 +333,7 @@ class Chain:
         if self.order != 1:
             raise ValueError("the parallel scan supports first-order state spaces only")
         start, moves, emissions = _augment(*self._originals, self.lengths)
-        steps = moves + emissions[1:].unsqueeze(2)  # [T, B, S', S']
+        steps = (moves[1:] if self.per_position else moves) + emissions[1:].unsqueeze(2)  # [T, B, S', S']
         width = steps.shape[-1]
         identity = torch.full((width, width), NEG_INF, dtype=steps.dtype, device=steps.device)
         identity.fill_diagonal_(0.0)
@@ -313,7 +352,7 @@ def _forward_scores(start: Tensor, transitions: Tensor, emissions: Tensor) -> Te
     alphas = torch.empty_like(emissions)
     torch.add(start, emissions[0], out=alphas[0])
     for t in range(1, emissions.shape[0]):
-        torch.logsumexp(alphas[t - 1].unsqueeze(-1) + transitions, dim=1, out=alphas[t])
+        torch.logsumexp(alphas[t - 1].unsqueeze(-1) + _moves_into(transitions, emissions, t), dim=1, out=alphas[t])
         alphas[t] += emissions[t]
     return alphas
 
@@ -324,7 +363,7 @@ def _backward_scores(transitions: Tensor, emissions: Tensor) -> Tensor:
     betas[-1] = 0.0
     for t in range(emissions.shape[0] - 2, -1, -1):
         following = (emissions[t + 1] + betas[t + 1]).unsqueeze(1)  # [B, 1, *R, C]
-        torch.logsumexp(transitions + following, dim=-1, out=betas[t])
+        torch.logsumexp(_moves_into(transitions, emissions, t + 1) + following, dim=-1, out=betas[t])
     return betas
 
 
@@ -346,20 +385,28 @@ def _node_marginals(alphas: Tensor, betas: Tensor, log_z: Tensor) -> Tensor:
 
 def _edge_marginal_sum(transitions: Tensor, emissions: Tensor, alphas: Tensor, betas: Tensor, log_z: Tensor,
                        weights: Tensor) -> Tensor:
-    """``sum_{b, t} weights[b] * P(transition into position t)``, shape ``[*S', C']``."""
+    """``sum_{b, t} weights[b] * P(transition into position t)``, shape ``[*S', C']``; for
+    per-position transitions the weighted edge marginals of every position, ``[T + 1, B, *S', C']``
+    (0 at ``t = 0``)."""
     steps, batch = emissions.shape[:2]
     nd = emissions.dim() - 2
+    per_position = transitions.dim() > emissions.dim()
     safe, finite = _finite_log_z(log_z)
     weights = torch.where(finite, weights, torch.zeros_like(weights))
     following_all = emissions + betas
     total = torch.zeros_like(transitions)
-    chunk = max(1, _EDGE_CHUNK_ELEMENTS // max(batch * transitions.numel(), 1))
+    step_elements = transitions[0].numel() if per_position else batch * transitions.numel()
+    chunk = max(1, _EDGE_CHUNK_ELEMENTS // max(step_elements, 1))
     for lo in range(1, steps, chunk):
         hi = min(steps, lo + chunk)
         prev = alphas[lo - 1:hi - 1].unsqueeze(-1)  # [t, B, A, *R, 1]
         following = following_all[lo:hi].unsqueeze(2)  # [t, B, 1, *R, C]
-        edge = torch.exp(prev + transitions + following - safe.view(1, -1, *([1] * (nd + 1))))
-        total = total + torch.einsum("tb...,b->...", edge, weights)
+        moves = transitions[lo:hi] if per_position else transitions
+        edge = torch.exp(prev + moves + following - safe.view(1, -1, *([1] * (nd + 1))))
+        if per_position:
+            total[lo:hi] = edge * weights.view(1, -1, *([1] * (nd + 1)))
+        else:
+            total = total + torch.einsum("tb...,b->...", edge, weights)
     return total
 
 
@@ -449,8 +496,9 @@ class _ExpScan:
         self.emission_max = em.amax(state_dims)  # [T + 1, B]; every (t, b) has a finite entry
         self.exp_emissions = torch.exp(em - self.emission_max.view(*self.emission_max.shape, *([1] * self.order)))
         moves = transitions.to(torch.float64)
+        self.per_position = moves.dim() > emissions.dim()  # [T + 1, B, S', C'], first order only
         self.move_max = moves.amax()
-        self.exp_moves = torch.exp(moves - self.move_max)
+        self.exp_moves = torch.sub(moves, self.move_max).exp_()
         first = start.to(torch.float64) + em[0]
         first_max = first.reshape(first.shape[0], -1).amax(1)
         prob = torch.exp(first - first_max.view(-1, *([1] * self.order)))
@@ -479,6 +527,8 @@ class _ExpScan:
     def attempt(cls, start: Tensor, transitions: Tensor, emissions: Tensor, step_spread: float) -> "_ExpScan | None":
         if not step_spread <= _BLOCK_BUDGET:  # also catches NaN
             return None
+        if transitions.dim() > emissions.dim() and start.dim() != 1:  # per-position pair states
+            return None
         scan = cls(start, transitions, emissions, step_spread)
         return None if _in_danger(scan.probs, scan.danger) else scan
 
@@ -489,10 +539,17 @@ class _ExpScan:
         ``[T + 1, B, S]`` and their cumulative log normalisers ``[T + 1, B]``."""
         rows = self.exp_emissions.unbind(0)
         steps = len(rows)
-        moves = self.exp_moves if forward else self.exp_moves.t().contiguous()
+        if self.per_position:
+            moves = self.exp_moves
+        else:
+            moves = self.exp_moves if forward else self.exp_moves.t().contiguous()
         probs, scales = [prob], []
         for t in (range(1, steps) if forward else range(steps - 2, -1, -1)):
-            step = torch.mm(prob, moves).mul_(rows[t]) if forward else torch.mm(prob * rows[t + 1], moves)
+            if self.per_position:  # one [S, C] matrix per row: batched vector-matrix products
+                step = (torch.bmm(prob.unsqueeze(1), moves[t]).squeeze(1).mul_(rows[t]) if forward
+                        else torch.bmm(moves[t + 1], (prob * rows[t + 1]).unsqueeze(-1)).squeeze(-1))
+            else:
+                step = torch.mm(prob, moves).mul_(rows[t]) if forward else torch.mm(prob * rows[t + 1], moves)
             scale = step.amax(1, keepdim=True)
             prob = step.div_(scale)
             probs.append(prob)
@@ -508,7 +565,8 @@ class _ExpScan:
     # --- first order, blocked (GPU: fewer, larger kernels) ----------------------------------------
     def _blocked_matrices(self) -> Tensor:
         """``[num_blocks, K, B, S, S]``: matrix ``t`` maps position ``t`` to ``t + 1``; identity padding."""
-        matrices = self.exp_moves * self.exp_emissions[1:].unsqueeze(2)  # [T, B, S, S]
+        moves = self.exp_moves[1:] if self.per_position else self.exp_moves
+        matrices = moves * self.exp_emissions[1:].unsqueeze(2)  # [T, B, S, S]
         steps, batch, size = matrices.shape[0], matrices.shape[1], matrices.shape[-1]
         pad = -steps % self.block
         if pad:
@@ -641,6 +699,12 @@ class _ExpScan:
             weight = torch.exp(log_c) * torch.where(finite, grad_log_z, torch.zeros_like(grad_log_z))
             left = self.probs[:-1] * weight.view(*weight.shape, *([1] * self.order))
             right = (self.exp_emissions * beta_probs)[1:]
+            if self.per_position:  # edge marginals of every position, [T + 1, B, S', C']
+                edges = torch.empty_like(self.exp_moves)
+                edges[0] = 0.0
+                torch.mul(left.unsqueeze(-1), right.unsqueeze(-2), out=edges[1:])
+                edges[1:].mul_(self.exp_moves[1:])
+                return grad_start, edges, marg
             if self.order == 1:
                 summed = left.reshape(-1, left.shape[-1]).t() @ right.reshape(-1, right.shape[-1])
             else:
@@ -662,7 +726,8 @@ def _log_matmul(a: Tensor, b: Tensor) -> Tensor:
 
 def path_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, states: Tensor,
                lengths: Tensor) -> Tensor:
-    """``[batch]`` unnormalised score of the flat state paths ``states`` ``[batch, seq_len]``.
+    """``[batch]`` unnormalised score of the flat state paths ``states`` ``[batch, seq_len]``
+    (transitions ``[*S, C]`` or per position ``[batch, seq_len, *S, C]``).
 
     Entries of ``states`` past a row's length are ignored (they must still be valid indices).
     """
@@ -677,7 +742,14 @@ def path_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tenso
     has_any = lengths > 0
     total = total + torch.where(has_any, start.reshape(-1)[states[:, 0]], zero)
     if seq_len > 1:
-        moved = transitions.reshape(-1, num_components)[states[:, :-1], states[:, 1:] % num_components]
+        into = states[:, 1:] % num_components
+        if _per_position(transitions, start.dim()):
+            flat = transitions.reshape(batch, seq_len, -1, num_components)
+            rows = torch.arange(batch, device=states.device).unsqueeze(1)
+            positions = torch.arange(1, seq_len, device=states.device).unsqueeze(0)
+            moved = flat[rows, positions, states[:, :-1], into]
+        else:
+            moved = transitions.reshape(-1, num_components)[states[:, :-1], into]
         total = total + torch.where(active[:, 1:], moved, zero).sum(1)
     last = states.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     return total + torch.where(has_any, end.reshape(-1)[last], zero)

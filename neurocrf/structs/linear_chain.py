@@ -16,10 +16,31 @@ def _masked(param: Tensor, allowed: Tensor | None, dtype: torch.dtype) -> Tensor
     return param if allowed is None else param.masked_fill(~allowed, NEG_INF)
 
 
+def pair_emissions(emissions: Tensor, transition_scores: Tensor) -> Tensor:
+    """Tag emissions ``[B, T, L]`` and observation-dependent transition scores ``[B, T, L, L]``
+    -> pair emissions ``[B, T, L + 1, L]`` for :class:`LinearChainCRF`.
+
+    ``transition_scores[b, t, a, c]`` is added when tag ``a`` at the previous position is followed
+    by tag ``c`` at position ``t`` (on top of the CRF's own transition matrix). In the result, rows
+    ``a < L`` hold ``emissions[b, t, c] + transition_scores[b, t, a, c]`` and row ``L`` (no previous
+    tag) holds ``emissions[b, t, c]``: the layer reads row ``L`` at each sequence's first position
+    and rows ``a < L`` everywhere else.
+    """
+    if transition_scores.shape != emissions.shape + emissions.shape[-1:]:
+        raise ValueError(f"transition scores {tuple(transition_scores.shape)} must be [batch, seq_len, num_tags,"
+                         f" num_tags] for emissions {tuple(emissions.shape)}")
+    return torch.cat([emissions.unsqueeze(2) + transition_scores, emissions.unsqueeze(2)], dim=2)
+
+
 class LinearChainCRF(ChainCRF):
     """First-order CRF: ``score(y) = start[y_1] + sum_t (emit[t, y_t] + trans[y_{t-1}, y_t]) + end[y_T]``.
 
     States are the tags themselves. Every quantity costs O(T L^2) per sequence.
+
+    Observation-dependent transitions (Sha & Pereira 2003's label-pair features): every method also
+    takes pair emissions ``P`` ``[batch, seq_len, L + 1, L]`` (built by :func:`pair_emissions`),
+    ``score(y) = start[y_1] + P[1, L, y_1] + sum_{t>1} (P[t, y_{t-1}, y_t] + trans[y_{t-1}, y_t])
+    + end[y_T]``, positions counted over each row's True mask positions. Same cost.
 
     Args:
         num_tags: number of tags ``L``.
@@ -32,6 +53,8 @@ class LinearChainCRF(ChainCRF):
     >>> crf.decode(emissions).shape
     torch.Size([2, 4])
     """
+
+    accepts_pair_emissions = True
 
     def __init__(self, num_tags: int, constraints: Constraints | None = None, scan: str = "auto",
                  parallel_threshold: int = 512) -> None:
@@ -64,6 +87,12 @@ class LinearChainCRF(ChainCRF):
 
     def _gold_states(self, tags: Tensor) -> Tensor:
         return tags
+
+    def _split_pair_emissions(self, pairs: Tensor, transitions: Tensor) -> tuple[Tensor, Tensor]:
+        # row L scores the first position alone; every later position is scored on its incoming edge
+        first = pairs[:, :1, self.num_tags]
+        later = pairs.new_zeros(pairs.shape[0], max(pairs.shape[1] - 1, 0), self.num_tags)
+        return torch.cat([first, later], dim=1), transitions + pairs[:, :, : self.num_tags]
 
     def extra_repr(self) -> str:
         return f"num_tags={self.num_tags}, constrained={self.allowed_transitions is not None}"
