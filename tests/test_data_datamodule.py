@@ -291,3 +291,22 @@ def test_token_columns_join_extra_columns_for_the_encoder(tmp_path):
                              reader={"tag_column": 2}, token_columns=[0, 5])
     with pytest.raises(ConllFormatError, match=r"chunks.txt:1: token columns \[0, 5\] name column"):
         bad.setup("fit")
+
+
+def test_keep_types_turns_the_other_spans_into_o(tmp_path):
+    from neurocrf.data.datamodule import SequenceDataModule
+
+    path = tmp_path / "chunks.txt"
+    path.write_text("He B-NP\nreckons B-VP\nthe B-NP\ndeficit I-NP\nwill B-VP\nnarrow I-VP\n\n"
+                    "to B-PP\nonly B-NP\n", encoding="utf-8")
+    for scheme, expected in (("IOB2", ["B-NP", "O", "B-NP", "I-NP", "O", "O"]),
+                             ("BIOES", ["S-NP", "O", "B-NP", "E-NP", "O", "O"])):
+        module = SequenceDataModule(path, path, path, file_scheme="IOB2", scheme=scheme, keep_types=["NP"])
+        module.setup("fit")
+        assert module.tags == (["O", "B-NP", "I-NP"] if scheme == "IOB2" else ["O", "B-NP", "E-NP", "I-NP", "S-NP"])
+        assert module.train_sentences[0].tags == expected
+        assert module.test_sentences[1].tags == ["O", "B-NP" if scheme == "IOB2" else "S-NP"]
+    with pytest.raises(ValueError, match=r"keep_types names \['ADJP'\], which never occur"):
+        SequenceDataModule(path, path, path, file_scheme="IOB2", scheme="IOB2", keep_types=["NP", "ADJP"]).setup("fit")
+    with pytest.raises(ValueError, match="keep_types is empty"):
+        SequenceDataModule(path, keep_types=[])

@@ -375,6 +375,8 @@ def test_experiment_configs_compose(tmp_path: Path) -> None:
     assert pairs.encoder.pair_templates == "chunking_pairs" and pairs.encoder.templates == "chunking"
     assert pairs.data.dev_fraction is None and pairs.optimizer.l2_sigma2 == 10.0 and pairs.optimizer.chunk_tokens is None
     assert pairs.data.token_columns == [0, 1] and pairs.trainer.precision == "64-true"
+    noun_phrases = _compose(tmp_path, ["experiment=chunking_conll2000_np"])
+    assert noun_phrases.data.keep_types == ["NP"] and noun_phrases.encoder.pair_templates == "chunking_pairs"
     # the CRFsuite peer trains the experiment's objective to the experiment's convergence test
     peer = _script()._peer_settings("chunking_conll2000_features", tmp_path / "peer")
     optimizer = chunking.optimizer

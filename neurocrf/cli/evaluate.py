@@ -52,9 +52,10 @@ def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     set_seed(cfg.get("seed"))
     model = Tagger.load(cfg.ckpt_path)
     # Read the corpus in the model's scheme so gold and predicted tags compare directly.
-    # A model trained on joined columns (word + POS) must see the same columns here.
-    columns = {} if cfg.data.get("token_columns") is not None else {"token_columns": model.token_columns}
-    datamodule = hydra.utils.instantiate(cfg.data, scheme=model.scheme, _convert_="all", **columns)
+    # A model trained on joined columns (word + POS) or on some span types only (data.keep_types)
+    # is evaluated the same way unless the data config says otherwise.
+    inherited = {key: getattr(model, key) for key in ("token_columns", "keep_types") if cfg.data.get(key) is None}
+    datamodule = hydra.utils.instantiate(cfg.data, scheme=model.scheme, _convert_="all", **inherited)
     datamodule.prepare_data()
     datamodule.setup("test")
     sentences = datamodule.dev_sentences if split == "dev" else datamodule.test_sentences

@@ -28,7 +28,14 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, S
 
 from neurocrf.data.conll import ConllFormatError, Sentence, read_conll
 from neurocrf.data.sample import ensure_sample_corpus
-from neurocrf.data.schemes import all_tags, check_scheme, convert_tags, tag_types
+from neurocrf.data.schemes import (
+    all_tags,
+    check_scheme,
+    convert_tags,
+    get_spans,
+    spans_to_tags,
+    tag_types,
+)
 
 InputBuilder = Callable[[list[list[str]]], dict[str, Tensor]]
 
@@ -177,6 +184,8 @@ class SequenceDataModule(pl.LightningDataModule):
         pool_batches: batches per sorting pool of the bucketing sampler.
         token_columns: columns joined with a tab into each token the encoder sees (e.g. ``[0, 1]``
             for word and POS, read by the feature templates ``col1[...]``); default: the word only.
+        keep_types: keep only spans of these types in every split, the others become ``O``
+            (e.g. ``["NP"]``: base-NP chunking on CoNLL-2000); default: all types.
 
     After :meth:`setup`: ``tags`` (``"O"`` first, then sorted; every tag of ``scheme`` for each
     type seen in train), ``tag_to_id``, ``train_sentences``, ``dev_sentences``,
@@ -204,8 +213,12 @@ class SequenceDataModule(pl.LightningDataModule):
         seed: int | None = 0,
         pool_batches: int = 50,
         token_columns: Sequence[int] | None = None,
+        keep_types: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
+        self.keep_types = None if keep_types is None else {str(t) for t in _plain(keep_types)}
+        if self.keep_types is not None and not self.keep_types:
+            raise ValueError("keep_types is empty: nothing would be left to tag")
         self.token_columns = None if token_columns is None else [int(c) for c in _plain(token_columns)]
         self.file_scheme = check_scheme(file_scheme)
         self.scheme = check_scheme(scheme)
@@ -317,6 +330,14 @@ class SequenceDataModule(pl.LightningDataModule):
         unlabeled = next((s for s in train if s.tags is None), None)
         if unlabeled is not None:
             raise ConllFormatError(f"{unlabeled.location()}: training sentences need tags")
+        if self.keep_types is not None:
+            missing = self.keep_types - tag_types(t for s in train for t in s.tags or ())
+            if missing:
+                raise ValueError(f"keep_types names {sorted(missing)}, which never occur in the training data"
+                                 f" ({self.paths['train']})")
+            for split, sentences in loaded.items():
+                loaded[split] = None if sentences is None else [self._keep_types(s) for s in sentences]
+            train = loaded["train"]
         self.tags = all_tags(tag_types(t for s in train for t in s.tags or ()), self.scheme)
         self.tag_to_id = {tag: i for i, tag in enumerate(self.tags)}
         for split in ("dev", "test"):
@@ -332,6 +353,12 @@ class SequenceDataModule(pl.LightningDataModule):
         return dataclasses.replace(
             sentence, tags=convert_tags(sentence.tags, self.file_scheme, self.scheme)
         )
+
+    def _keep_types(self, sentence: Sentence) -> Sentence:
+        if sentence.tags is None:
+            return sentence
+        kept = [span for span in get_spans(sentence.tags, self.scheme) if span.type in self.keep_types]
+        return dataclasses.replace(sentence, tags=spans_to_tags(kept, len(sentence.tags), self.scheme))
 
     def _check_known(self, sentence: Sentence, split: str) -> None:
         for position, tag in enumerate(sentence.tags or ()):

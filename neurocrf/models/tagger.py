@@ -575,8 +575,17 @@ class Tagger(pl.LightningModule):
     def token_columns(self) -> list[int] | None:
         """The input columns joined into each token at training time (``data.token_columns`` of
         the run config, e.g. ``[0, 1]`` for word + POS), or None when tokens are words only."""
-        columns = ((self.hparams.get("config") or {}).get("data") or {}).get("token_columns")
+        columns = self._training_data_option("token_columns")
         return None if columns is None else [int(c) for c in columns]
+
+    @property
+    def keep_types(self) -> list[str] | None:
+        """The span types kept at training time (``data.keep_types``, e.g. ``["NP"]``), or None."""
+        types = self._training_data_option("keep_types")
+        return None if types is None else [str(t) for t in types]
+
+    def _training_data_option(self, name: str) -> Any:
+        return ((self.hparams.get("config") or {}).get("data") or {}).get(name)
 
     @classmethod
     def load(cls, path: str | Path, map_location: Any = "cpu") -> Tagger:

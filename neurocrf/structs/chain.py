@@ -242,6 +242,7 @@ class Chain:
         inner = (slice(None), slice(None)) + (slice(0, self.size),) * self.order
         keep = allowed.new_ones((num, width) + (self.size + 1,) * self.order)
         keep[inner] = allowed
+
         def moves_into(positions: Tensor) -> Tensor:  # [J, *S', C'] or the shared [*S', C']
             return moves[positions, rows] if self.per_position else moves
 
