@@ -447,3 +447,30 @@ def test_label_pair_features_train_checkpoint_and_predict(tmp_path: Path) -> Non
         assert ours.confidences == pytest.approx(reference.confidences)
     with pytest.raises(ValueError, match="use the first_order CRF"):
         Tagger(encoder, {"kind": "precursor"}, dm.tags, dm.scheme, vocabularies, {"name": "lbfgs"})
+
+
+def test_full_batch_gradient_with_sparse_feature_gradients_is_the_dense_one() -> None:
+    """The full-batch objective accumulates sparse feature-weight gradients chunk by chunk into
+    dense .grad tensors: the same gradient as one dense backward over the whole training set."""
+    dm = _datamodule(size=40, batch_size=8)
+    encoder = {"name": "features", "templates": "set2", "pair_templates": ["w[-1,0]"]}
+    vocabularies = build_vocabularies(encoder, [s.tokens for s in dm.train_sentences])
+    model = Tagger(encoder, {"kind": "first_order"}, dm.tags, dm.scheme, vocabularies, {"name": "lbfgs"}).double()
+    dm.set_input_builder(model.encoder.prepare)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    chunks = list(dm.dataloader(dm.train_sentences, batch_size=8))  # no trainer: chunks given directly
+    model.full_batch_chunks = lambda max_tokens=None: chunks
+    model.manual_backward = lambda loss: loss.backward()
+    value = float(model.full_batch_objective())
+    assert len(chunks) > 1 and model.encoder.sparse_gradients is False
+    sparse = {name: p.grad.clone() for name, p in model.named_parameters()}
+    assert all(g.layout == torch.strided for g in sparse.values())
+    model.zero_grad(set_to_none=True)
+    whole = next(iter(dm.dataloader(dm.train_sentences, batch_size=1000)))
+    loss = model.head(model(whole["inputs"]), whole["tags"], whole["mask"], reduction="sum") + model.regularizer()
+    loss.backward()
+    assert float(loss) == pytest.approx(value, rel=1e-9)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(sparse[name], param.grad, msg=name)

@@ -386,14 +386,18 @@ class _BagSum(torch.autograd.Function):
     The backward pass multiplies the precomputed transposed feature matrix (CSR, see
     :func:`_gradient_layout`) by the bag gradients: about ten times faster on CPU than
     ``embedding_bag``'s dense backward, which sorts the ids on every call and dominated the time
-    of a full-batch CRF evaluation.
+    of a full-batch CRF evaluation. With ``sparse`` the weight gradient is a sparse tensor of the
+    rows that fired; autograd adds it into an existing dense ``.grad`` without building a dense
+    ``[num_features, dim]`` zero tensor per batch (which dominated full-batch evaluations in
+    small chunks); the caller must make sure ``.grad`` exists, or it would become sparse.
     """
 
     @staticmethod
     def forward(ctx: Any, weight: Tensor, ids: Tensor, offsets: Tensor, rows: Tensor, crow: Tensor,
-                col: Tensor) -> Tensor:
+                col: Tensor, sparse: bool) -> Tensor:
         ctx.save_for_backward(rows, crow, col)
         ctx.shape = weight.shape
+        ctx.sparse = sparse
         return nn.functional.embedding_bag(ids, weight, offsets, mode="sum")
 
     @staticmethod
@@ -404,9 +408,13 @@ class _BagSum(torch.autograd.Function):
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
             transposed = torch.sparse_csr_tensor(crow, col, values, (rows.numel(), grad.shape[0]),
                                                  check_invariants=False)
-        grad_weight = grad.new_zeros(ctx.shape)
-        grad_weight.index_copy_(0, rows, transposed @ grad.contiguous())
-        return grad_weight, None, None, None, None, None
+        fired = transposed @ grad.contiguous()  # [distinct features, dim]
+        if ctx.sparse:
+            grad_weight = torch.sparse_coo_tensor(rows.unsqueeze(0), fired, ctx.shape, is_coalesced=True,
+                                                  check_invariants=False)
+        else:
+            grad_weight = grad.new_zeros(ctx.shape).index_copy_(0, rows, fired)
+        return grad_weight, None, None, None, None, None, None
 
 
 class FeatureEncoder(Encoder):
@@ -434,6 +442,8 @@ class FeatureEncoder(Encoder):
         self.output_dim = num_tags
         self.emits_scores = True
         self.emits_pairs = pair_templates is not None
+        # sparse weight gradients, added into existing dense .grad tensors (full-batch L-BFGS sets it)
+        self.sparse_gradients = False
 
     def prepare(self, tokens: list[list[str]]) -> dict[str, Tensor]:
         return self.preparer(tokens)
@@ -441,22 +451,21 @@ class FeatureEncoder(Encoder):
     def forward(self, inputs: dict[str, Tensor]) -> Tensor:
         inputs = self._to_device(inputs)
         batch, width = inputs["mask"].shape
-        scores = _bag_scores(self.weights, inputs, "").view(batch, width, self.num_tags)
+        scores = self._bag_scores(self.weights, inputs, "").view(batch, width, self.num_tags)
         if self.pair_weights is None:
             return scores
-        pairs = _bag_scores(self.pair_weights, inputs, "pair_").view(batch, width, self.num_tags, self.num_tags)
+        pairs = self._bag_scores(self.pair_weights, inputs, "pair_").view(batch, width, self.num_tags, self.num_tags)
         return pair_emissions(scores, pairs)
 
-
-def _bag_scores(bag: nn.EmbeddingBag, inputs: dict[str, Tensor], prefix: str) -> Tensor:
-    """``[B * T, dim]`` sums of the weights of each position's features (keys ``prefix + name``)."""
-    offsets = inputs[prefix + "offsets"]
-    if offsets.numel() == 0:
-        return bag.weight.new_zeros(0, bag.weight.shape[1])
-    if prefix + "grad_rows" in inputs and torch.is_grad_enabled() and bag.weight.requires_grad:
-        return _BagSum.apply(bag.weight, inputs[prefix + "features"], offsets, inputs[prefix + "grad_rows"],
-                             inputs[prefix + "grad_crow"], inputs[prefix + "grad_col"])
-    return bag(inputs[prefix + "features"], offsets)
+    def _bag_scores(self, bag: nn.EmbeddingBag, inputs: dict[str, Tensor], prefix: str) -> Tensor:
+        """``[B * T, dim]`` sums of the weights of each position's features (keys ``prefix + name``)."""
+        offsets = inputs[prefix + "offsets"]
+        if offsets.numel() == 0:
+            return bag.weight.new_zeros(0, bag.weight.shape[1])
+        if prefix + "grad_rows" in inputs and torch.is_grad_enabled() and bag.weight.requires_grad:
+            return _BagSum.apply(bag.weight, inputs[prefix + "features"], offsets, inputs[prefix + "grad_rows"],
+                                 inputs[prefix + "grad_crow"], inputs[prefix + "grad_col"], self.sparse_gradients)
+        return bag(inputs[prefix + "features"], offsets)
 
 
 def build_features(config: dict[str, Any], vocabularies: dict[str, Any], num_tags: int) -> FeatureEncoder:

@@ -510,12 +510,22 @@ class Tagger(pl.LightningModule):
     def full_batch_objective(self) -> Tensor:
         """Zero the gradients, then accumulate the gradient of the whole training objective
         (summed NLL over every chunk + prior); returns its value (detached)."""
+        for param in self.parameters():  # dense gradients to accumulate into (also sparse ones)
+            if param.requires_grad and param.grad is None:
+                param.grad = torch.zeros_like(param)
         self.zero_grad(set_to_none=False)
         total = torch.zeros((), device=self.device, dtype=torch.float64)
-        for chunk in self.full_batch_chunks():
-            loss = self.head(self._emissions(chunk), chunk["tags"], chunk["mask"], reduction="sum")
-            self.manual_backward(loss)
-            total += loss.detach().double()
+        sparse = getattr(self.encoder, "sparse_gradients", None)
+        if sparse is not None:
+            self.encoder.sparse_gradients = True
+        try:
+            for chunk in self.full_batch_chunks():
+                loss = self.head(self._emissions(chunk), chunk["tags"], chunk["mask"], reduction="sum")
+                self.manual_backward(loss)
+                total += loss.detach().double()
+        finally:
+            if sparse is not None:
+                self.encoder.sparse_gradients = sparse
         penalty = self.regularizer()
         if penalty is not None:
             self.manual_backward(penalty)
