@@ -90,9 +90,10 @@ class LinearChainCRF(ChainCRF):
 
     def _split_pair_emissions(self, pairs: Tensor, transitions: Tensor) -> tuple[Tensor, Tensor]:
         # row L scores the first position alone; every later position is scored on its incoming edge
-        first = pairs[:, :1, self.num_tags]
+        # (one split, not two slices: its backward builds the gradient of `pairs` once)
+        edges, alone = pairs.split([self.num_tags, 1], dim=2)
         later = pairs.new_zeros(pairs.shape[0], max(pairs.shape[1] - 1, 0), self.num_tags)
-        return torch.cat([first, later], dim=1), transitions + pairs[:, :, : self.num_tags]
+        return torch.cat([alone[:, :1, 0], later], dim=1), transitions + edges
 
     def extra_repr(self) -> str:
         return f"num_tags={self.num_tags}, constrained={self.allowed_transitions is not None}"
