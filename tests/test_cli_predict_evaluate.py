@@ -137,20 +137,23 @@ def test_predict_module_entry_point(trained: dict[str, Path], tmp_path: Path) ->
 
 def test_keep_types_model_is_evaluated_on_its_own_types(tmp_path: Path) -> None:
     """A model trained on NP chunks only (data.keep_types) is evaluated on NP chunks only by
-    neurocrf-evaluate with the plain data config: the checkpoint supplies keep_types."""
+    neurocrf-evaluate with the plain data config: the checkpoint supplies keep_types. The model
+    also has label-pair features, so training with validation, the checkpoint and evaluation run
+    on pair emissions."""
     train_file, test_file = tmp_path / "train.txt", tmp_path / "test.txt"
     _chunk_corpus(train_file, 40, seed=3)
     _chunk_corpus(test_file, 15, seed=4)
     data = [f"data.train_path={train_file}", f"data.test_path={test_file}", "data.dev_fraction=0.2",
             "data.token_columns=[0,1]"]
     cfg = compose_config("train", tmp_path / "train", [
-        "data=conll2000", *data, "data.scheme=IOB2", "data.keep_types=[NP]", "encoder=features", "encoder.templates=['col1[-1,0]']",
+        "data=conll2000", *data, "data.scheme=IOB2", "data.keep_types=[NP]", "encoder=features",
+        "encoder.templates=['col1[-1,0]']", "encoder.pair_templates=['col1[-1]|col1[0]']",
         "crf=first_order", "~logger", "test=false", "trainer.max_epochs=3", "optimizer.lr=0.1", "data.batch_size=8",
     ])
     train(cfg)
     ckpt = tmp_path / "train" / "checkpoints" / "last.ckpt"
     model = Tagger.load(ckpt)
-    assert model.keep_types == ["NP"] and model.tags == ["O", "B-NP", "I-NP"]
+    assert model.keep_types == ["NP"] and model.tags == ["O", "B-NP", "I-NP"] and model.encoder.emits_pairs
     gold = read_conll(test_file, tag_column=2)
     predicted = model.predict([[f"{c[0]}\t{c[1]}" for c in s.columns] for s in gold])
     only_np = [[t if t.endswith("-NP") else "O" for t in s.tags] for s in gold]
