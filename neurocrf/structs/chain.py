@@ -496,10 +496,10 @@ class _ExpScan:
         em = emissions.to(torch.float64)
         self.emission_max = em.amax(state_dims)  # [T + 1, B]; every (t, b) has a finite entry
         self.exp_emissions = torch.exp(em - self.emission_max.view(*self.emission_max.shape, *([1] * self.order)))
-        moves = transitions.to(torch.float64)
-        self.per_position = moves.dim() > emissions.dim()  # [T + 1, B, S', C'], first order only
-        self.move_max = moves.amax()
-        self.exp_moves = torch.sub(moves, self.move_max).exp_()
+        self.per_position = transitions.dim() > emissions.dim()  # [T + 1, B, S', C'], first order only
+        exp_moves = transitions.to(torch.float64, copy=True)  # own copy: shifted and exponentiated in place
+        self.move_max = exp_moves.amax()
+        self.exp_moves = exp_moves.sub_(self.move_max).exp_()
         first = start.to(torch.float64) + em[0]
         first_max = first.reshape(first.shape[0], -1).amax(1)
         prob = torch.exp(first - first_max.view(-1, *([1] * self.order)))
