@@ -55,7 +55,7 @@ def _augment(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor,
     aug_start[(end_index,) * order] = 0.0
 
     # per-position moves are time-major [T + 1, B, *S', C']; row t holds the moves into position t
-    lead = (seq_len + 1, batch) if _per_position(transitions, order) else ()
+    lead = (seq_len + 1, batch) if _per_position(transitions, emissions) else ()
     every = (slice(None),) * len(lead)
     aug_moves = transitions.new_full(lead + full + (size + 1,), NEG_INF)
     if lead:
@@ -81,7 +81,7 @@ def _original_gradients(size: int, order: int, grad_start: Tensor, grad_moves: T
     inner = (slice(0, size),) * order
     steps = grad_emissions.shape[0] - 1
     moves = end = None
-    if grad_moves is not None and grad_moves.dim() > order + 1:  # per position [T + 1, B, *S', C']
+    if grad_moves is not None and _per_position(grad_moves, grad_emissions):  # [T + 1, B, *S', C']
         moves = grad_moves[(slice(0, steps), slice(None)) + inner + (slice(0, size),)].transpose(0, 1)
         end = grad_moves[(slice(None), slice(None)) + inner + (size,)].sum((0, 1))
     elif grad_moves is not None:
@@ -103,20 +103,23 @@ def _state_map(size: int, order: int, device: torch.device) -> Tensor:
 def _range_with_zero(scores: Tensor) -> tuple[float, float]:
     """Largest and smallest score, ``-inf`` entries left out and 0 always in (a few passes over
     ``scores``, no copy when none is ``-inf``). ``+inf`` or NaN give a non-finite range."""
-    high, low = float(scores.amax()) if scores.numel() else 0.0, float(scores.amin()) if scores.numel() else 0.0
+    if not scores.numel():
+        return 0.0, 0.0
+    high, low = float(scores.amax()), float(scores.amin())
     if low == NEG_INF:
         low = float(scores.masked_fill(torch.isneginf(scores), 0.0).amin())
     return max(high, 0.0), min(low, 0.0)
 
 
-def _per_position(transitions: Tensor, order: int) -> bool:
-    """True for per-position transitions (``[B, T, *S, C]`` or augmented ``[T + 1, B, *S', C']``)."""
-    return transitions.dim() == order + 3
+def _per_position(transitions: Tensor, emissions: Tensor) -> bool:
+    """Per-position transitions (``[B, T, *S, C]``, or augmented ``[T + 1, B, *S', C']``) have
+    one dimension more than the emissions (``[B, T, *S]``); shared ones (``[*S, C]``) one less."""
+    return transitions.dim() > emissions.dim()
 
 
 def _moves_into(moves: Tensor, emissions: Tensor, t: int) -> Tensor:
     """The augmented transition scores into position ``t``: ``[*S', C']`` or, per position, ``[B, *S', C']``."""
-    return moves[t] if moves.dim() > emissions.dim() else moves
+    return moves[t] if _per_position(moves, emissions) else moves
 
 
 def _active(lengths: Tensor, seq_len: int) -> Tensor:
@@ -142,7 +145,7 @@ class Chain:
         if tuple(start.shape) != (size,) * order or tuple(end.shape) != tuple(start.shape):
             raise ValueError(f"start {tuple(start.shape)} and end {tuple(end.shape)} must have the state shape "
                              f"{(size,) * order} of transitions {tuple(transitions.shape)}")
-        self.per_position = _per_position(transitions, order)
+        self.per_position = _per_position(transitions, emissions)
         expected = ((batch, seq_len) if self.per_position else ()) + (size,) * (order + 1)
         if tuple(transitions.shape) != expected:
             raise ValueError(f"transitions {tuple(transitions.shape)} must be [*S, C] = {(size,) * (order + 1)} or "
@@ -391,7 +394,7 @@ def _edge_marginal_sum(transitions: Tensor, emissions: Tensor, alphas: Tensor, b
     (0 at ``t = 0``)."""
     steps, batch = emissions.shape[:2]
     nd = emissions.dim() - 2
-    per_position = transitions.dim() > emissions.dim()
+    per_position = _per_position(transitions, emissions)
     safe, finite = _finite_log_z(log_z)
     weights = torch.where(finite, weights, torch.zeros_like(weights))
     following_all = emissions + betas
@@ -496,7 +499,7 @@ class _ExpScan:
         em = emissions.to(torch.float64)
         self.emission_max = em.amax(state_dims)  # [T + 1, B]; every (t, b) has a finite entry
         self.exp_emissions = torch.exp(em - self.emission_max.view(*self.emission_max.shape, *([1] * self.order)))
-        self.per_position = transitions.dim() > emissions.dim()  # [T + 1, B, S', C'], first order only
+        self.per_position = _per_position(transitions, emissions)  # first order only (see attempt)
         exp_moves = transitions.to(torch.float64, copy=True)  # own copy: shifted and exponentiated in place
         self.move_max = exp_moves.amax()
         self.exp_moves = exp_moves.sub_(self.move_max).exp_()
@@ -528,7 +531,7 @@ class _ExpScan:
     def attempt(cls, start: Tensor, transitions: Tensor, emissions: Tensor, step_spread: float) -> "_ExpScan | None":
         if not step_spread <= _BLOCK_BUDGET:  # also catches NaN
             return None
-        if transitions.dim() > emissions.dim() and start.dim() != 1:  # per-position pair states
+        if _per_position(transitions, emissions) and start.dim() != 1:  # per-position pair states
             return None
         scan = cls(start, transitions, emissions, step_spread)
         return None if _in_danger(scan.probs, scan.danger) else scan
@@ -744,7 +747,7 @@ def path_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tenso
     total = total + torch.where(has_any, start.reshape(-1)[states[:, 0]], zero)
     if seq_len > 1:
         into = states[:, 1:] % num_components
-        if _per_position(transitions, start.dim()):
+        if _per_position(transitions, emissions):
             flat = transitions.reshape(batch, seq_len, -1, num_components)
             rows = torch.arange(batch, device=states.device).unsqueeze(1)
             positions = torch.arange(1, seq_len, device=states.device).unsqueeze(0)
