@@ -144,6 +144,12 @@ def test_parse_and_evaluate_entry_points_end_to_end(tmp_path: Path, data_dir: Pa
     # the model of the checkpoint is the one that parsed
     model = Supertagger.load(trained["ckpt"])
     assert model.roots == ["ROOT"]
+    # a list of checkpoints is an ensemble; a model with itself parses as the model alone
+    out = tmp_path / "ensemble" / "trees.discbracket"
+    pair = parse(compose_config("parse", tmp_path / "en", data_dir, [
+        f"input={text_input}", f"ckpt_path=[{trained['ckpt']},{trained['ckpt']}]", "k=4", f"output={out}"]))
+    assert pair["sentences"] == 10
+    assert [s.tree for s in read_treebank(out)] == [s.tree for s in from_text]
 
 
 def test_fallback_k_reparses_only_noparse_sentences() -> None:

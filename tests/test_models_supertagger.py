@@ -22,6 +22,7 @@ from neurocrf.models.supertag_data import (
     write_sample_treebank,
     write_supertag_corpus,
 )
+from neurocrf.models.supertag_ensemble import SupertaggerEnsemble, load_supertagger
 from neurocrf.models.supertagger import KBestTags, Supertagger
 from neurocrf.parsing import read_treebank
 from neurocrf.parsing.supertags import supertags_to_tree
@@ -230,3 +231,96 @@ def test_training_memorises_logs_and_checkpoint_loads_weights_only(
             assert [t for t, _ in c1] == [t for t, _ in c2]
             assert [w for _, w in c1] == pytest.approx([w for _, w in c2], abs=1e-5)
     assert [s.preterminals for s in again] == [s.preterminals for s in kbest]
+
+
+def _copy_with_labels(model: Supertagger, supertags: list[str]) -> Supertagger:
+    """``model`` with its supertag list reordered / extended to ``supertags``: the head rows follow
+    their labels, a new label gets a score of 3.0 from a zero weight row."""
+    hp = model.hparams
+    other = Supertagger(hp["encoder"], hp["vocabularies"], supertags, model.preterminals, model.roots,
+                        transform=hp["transform"])
+    other.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("supertag_head")},
+                          strict=False)
+    with torch.no_grad():
+        other.supertag_head.weight.zero_()
+        other.supertag_head.bias.fill_(3.0)
+        for row, tag in enumerate(supertags):
+            if tag in model.supertags:
+                other.supertag_head.weight[row] = model.supertag_head.weight[model.supertags.index(tag)]
+                other.supertag_head.bias[row] = model.supertag_head.bias[model.supertags.index(tag)]
+    return other
+
+
+def test_ensemble_is_the_mean_of_its_members_distributions(datamodule: SupertagDataModule) -> None:
+    torch.manual_seed(0)
+    first = make_model(datamodule)
+    torch.manual_seed(1)
+    second = make_model(datamodule)
+    sentences = [s.words for s in datamodule.corpora["dev"]] + [[]]
+    k = 4
+    ensemble = SupertaggerEnsemble([first, second])
+    assert ensemble.supertags == first.supertags and ensemble.roots == ["ROOT"]
+    out = ensemble.predict_kbest(sentences, k=k, batch_size=3)
+    assert out[-1].candidates == [] and len(out) == len(sentences)
+    for words, tags in zip(sentences[:-1], out):
+        probs = [m.batch_log_probs([words]) for m in (first, second)]
+        mean = (probs[0][0].exp() + probs[1][0].exp())[0] / 2  # [T, S]
+        pt_mean = (probs[0][1].exp() + probs[1][1].exp())[0] / 2
+        top_p, top_ids = mean.topk(k, -1)
+        assert tags.preterminals == [first.preterminals[j] for j in pt_mean.argmax(-1).tolist()]
+        for i, cands in enumerate(tags.candidates):
+            assert [t for t, _ in cands] == [first.supertags[j] for j in top_ids[i].tolist()]
+            expected = -(top_p[i] / top_p[i].sum()).log()
+            assert torch.allclose(torch.tensor([w for _, w in cands]), expected, atol=1e-5)
+            assert tags.supertag_probs[i] == pytest.approx(top_p[i, 0].item(), rel=1e-5)
+    single = first.predict_kbest(sentences[:-1], k=k)  # the members disagree somewhere
+    assert any(a.candidates != b.candidates for a, b in zip(single, out))
+    # an ensemble of one model, or of a model and its copy, is that model
+    for members in ([first], [first, first]):
+        again = SupertaggerEnsemble(members).predict_kbest(sentences[:-1], k=k)
+        for a, b in zip(again, single):
+            assert [[t for t, _ in c] for c in a.candidates] == [[t for t, _ in c] for c in b.candidates]
+            assert [w for c in a.candidates for _, w in c] == pytest.approx([w for c in b.candidates for _, w in c],
+                                                                            abs=1e-5)
+            assert a.preterminals == b.preterminals
+
+
+def test_ensemble_matches_labels_by_name(datamodule: SupertagDataModule) -> None:
+    torch.manual_seed(0)
+    model = make_model(datamodule)
+    words = [datamodule.corpora["dev"][0].words]
+    reordered = _copy_with_labels(model, list(reversed(model.supertags)))
+    assert reordered.supertags != model.supertags
+    alone = model.batch_log_probs(words)[0]
+    both = SupertaggerEnsemble([model, reordered]).batch_log_probs(words)[0]
+    assert torch.allclose(both, alone, atol=1e-5)  # the same distribution, whatever the label order
+    # a label only the second member knows: half its probability there, the rest scaled by 1/2 + p/2
+    extended = _copy_with_labels(model, [*model.supertags, "NEW 1 x0t @pt -"])
+    ensemble = SupertaggerEnsemble([model, extended])
+    assert ensemble.supertags == [*model.supertags, "NEW 1 x0t @pt -"]
+    mixed = ensemble.batch_log_probs(words)[0].exp()
+    new_prob = extended.batch_log_probs(words)[0].exp()
+    assert torch.allclose(mixed[..., -1], new_prob[..., -1] / 2, atol=1e-6)
+    assert torch.allclose(mixed[..., :-1], (alone.exp() + new_prob[..., :-1]) / 2, atol=1e-6)
+    assert torch.allclose(mixed.sum(-1), torch.ones(mixed.shape[:-1]), atol=1e-5)
+
+
+def test_ensemble_errors_and_loading(tmp_path: Path, datamodule: SupertagDataModule) -> None:
+    model = make_model(datamodule)
+    hp = model.hparams
+    with pytest.raises(ValueError, match="at least one"):
+        SupertaggerEnsemble([])
+    other = Supertagger(hp["encoder"], hp["vocabularies"], model.supertags, model.preterminals, model.roots,
+                        transform={"h": 1, "v": 1, "move_punctuation": True})
+    with pytest.raises(ValueError, match="member 2 prepared its trees"):
+        SupertaggerEnsemble([model, other])
+    trainer = pl.Trainer(max_epochs=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.strategy.connect(model)
+    path = tmp_path / "m.ckpt"
+    trainer.save_checkpoint(path)
+    assert isinstance(load_supertagger(str(path)), Supertagger)
+    assert isinstance(load_supertagger([str(path)]), Supertagger)
+    pair = load_supertagger([path, path])
+    assert isinstance(pair, SupertaggerEnsemble) and len(pair.members) == 2
+    assert all(not m.training for m in pair.members)

@@ -3,12 +3,15 @@
     neurocrf-parse ckpt_path=.../best.ckpt input=sentences.txt          # one sentence per line
     neurocrf-parse ckpt_path=.../best.ckpt treebank=alpino split=test   # parse + evaluate
     neurocrf-parse oracle=true treebank=alpino split=test k=1           # gold supertags
+    neurocrf-parse ckpt_path='[a.ckpt,b.ckpt]' treebank=alpino           # ensemble of supertaggers
 
 Steps: tokens -> :meth:`Supertagger.predict_kbest` (k best supertags per token, weights
 renormalised over the k, and a preterminal) -> :class:`neurocrf.parsing.parser.Parser` ->
 discbracket trees (``NOPARSE`` fallback trees where the supertags do not combine). With
 ``oracle=true`` the gold supertags and preterminals of the treebank (weight 0, k=1) replace the
 supertagger: an upper bound that also checks the extraction -> parsing -> restoring path.
+A list of checkpoints is an ensemble (:class:`neurocrf.models.supertag_ensemble.SupertaggerEnsemble`):
+the parser gets the k best of the members' mean supertag distribution.
 ``fallback_k=<n>`` (50 in ``configs/parse.yaml``; ``null`` is the paper's setting) parses
 sentences whose k best supertags do not combine once more with their n best.
 
@@ -293,14 +296,14 @@ def parse(cfg: DictConfig) -> dict[str, Any]:
                            max_items=max_items)
         report = summarize(run, gold, params=cfg.get("params"))
     else:
-        from neurocrf.models.supertagger import Supertagger
+        from neurocrf.models.supertag_ensemble import load_supertagger
 
-        model = Supertagger.load(cfg.ckpt_path).to(torch.device(cfg.get("device", "cpu")))
+        model = load_supertagger(to_plain(cfg.ckpt_path)).to(torch.device(cfg.get("device", "cpu")))
         run = tag_and_parse(model, ids, words, k=k, time_limit=time_limit, max_items=max_items,
                             batch_size=int(cfg.get("batch_size", 64)), fallback_k=cfg.get("fallback_k"))
         gold_tags = gold_pts = None
         if gold is not None:
-            transform = model.hparams.get("transform") or {}
+            transform = model.transform
             corpus, _ = supertag_corpus(gold, move_punctuation=bool(transform.get("move_punctuation", True)),
                                         h=int(transform.get("h", 0)), v=int(transform.get("v", 1)))
             gold_tags = [s.supertags for s in corpus]

@@ -318,44 +318,59 @@ class Supertagger(pl.LightningModule):
         model.eval()
         return model
 
+    @property
+    def transform(self) -> dict[str, Any]:
+        """How the training trees were prepared (``move_punctuation``, ``h``, ``v``)."""
+        return dict(self.hparams.get("transform") or {})
+
     @torch.no_grad()
+    def batch_log_probs(self, tokens: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor]:
+        """Supertag ``[B, T, S]`` and preterminal ``[B, T, P]`` log-probabilities of a batch of
+        non-empty token lists, in eval mode (positions past a sentence's end are padding)."""
+        was_training = self.training
+        self.eval()
+        try:
+            inputs = {key: value.to(self.device) for key, value in self.encoder.prepare(tokens).items()}
+            supertag_scores, pt_scores = self(inputs)
+        finally:
+            self.train(was_training)
+        return supertag_scores.float().log_softmax(-1), pt_scores.float().log_softmax(-1)
+
     def predict_kbest(self, sentences: Sequence[Sequence[str] | str], k: int = 10,
                       batch_size: int = 64) -> list[KBestTags]:
         """The ``k`` best supertags per token (weights ``-log`` of the probabilities renormalised
         over the ``k``) and the best preterminal, for sentences given as token lists (or strings,
         split on whitespace). One :class:`KBestTags` per sentence, in input order."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        k = min(k, len(self.supertags))
-        tokenised = [s.split() if isinstance(s, str) else list(s) for s in sentences]
-        results: list[KBestTags | None] = [None] * len(tokenised)
-        for i, words in enumerate(tokenised):
-            if not words:
-                results[i] = KBestTags([], [], [], [])
-        order = sorted((i for i, w in enumerate(tokenised) if w), key=lambda i: len(tokenised[i]))
-        was_training = self.training
-        self.eval()
-        try:
-            for begin in range(0, len(order), batch_size):
-                chunk = order[begin:begin + batch_size]
-                tokens = [tokenised[i] for i in chunk]
-                inputs = {key: value.to(self.device) for key, value in self.encoder.prepare(tokens).items()}
-                supertag_scores, pt_scores = self(inputs)
-                log_probs = supertag_scores.float().log_softmax(-1)
-                top_lp, top_ids = log_probs.topk(k, dim=-1)  # [B, T, k]
-                pt_ids = pt_scores.argmax(-1)  # [B, T]
-                top_lp, top_ids, pt_ids = top_lp.cpu(), top_ids.cpu(), pt_ids.cpu()
-                for b, i in enumerate(chunk):
-                    n = len(tokens[b])
-                    results[i] = KBestTags(
-                        tokens=tokens[b],
-                        candidates=candidates_from_topk(top_ids[b, :n], top_lp[b, :n], self.supertags),
-                        preterminals=[self.preterminals[p] for p in pt_ids[b, :n].tolist()],
-                        supertag_probs=[math.exp(lp) for lp in top_lp[b, :n, 0].tolist()],
-                    )
-        finally:
-            self.train(was_training)
-        return results  # type: ignore[return-value]
+        return predict_kbest(self, sentences, k, batch_size)
+
+
+@torch.no_grad()
+def predict_kbest(tagger: Any, sentences: Sequence[Sequence[str] | str], k: int,
+                  batch_size: int) -> list[KBestTags]:
+    """:meth:`Supertagger.predict_kbest` for anything with ``batch_log_probs``, ``supertags`` and
+    ``preterminals`` (a supertagger or an ensemble of them). Sentences are batched by length."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    k = min(k, len(tagger.supertags))
+    tokenised = [s.split() if isinstance(s, str) else list(s) for s in sentences]
+    results: list[KBestTags] = [KBestTags([], [], [], []) for _ in tokenised]
+    order = sorted((i for i, w in enumerate(tokenised) if w), key=lambda i: len(tokenised[i]))
+    for begin in range(0, len(order), batch_size):
+        chunk = order[begin:begin + batch_size]
+        tokens = [tokenised[i] for i in chunk]
+        log_probs, pt_log_probs = tagger.batch_log_probs(tokens)
+        top_lp, top_ids = log_probs.topk(k, dim=-1)  # [B, T, k]
+        pt_ids = pt_log_probs.argmax(-1)  # [B, T]
+        top_lp, top_ids, pt_ids = top_lp.cpu(), top_ids.cpu(), pt_ids.cpu()
+        for b, i in enumerate(chunk):
+            n = len(tokens[b])
+            results[i] = KBestTags(
+                tokens=tokens[b],
+                candidates=candidates_from_topk(top_ids[b, :n], top_lp[b, :n], tagger.supertags),
+                preterminals=[tagger.preterminals[p] for p in pt_ids[b, :n].tolist()],
+                supertag_probs=[math.exp(lp) for lp in top_lp[b, :n, 0].tolist()],
+            )
+    return results
 
 
 def _cross_entropy(scores: Tensor, gold: Tensor) -> Tensor:
