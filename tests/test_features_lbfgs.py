@@ -11,6 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import hydra.utils
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -18,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from neurocrf.cli.train import train
+from neurocrf.cli.train import build_model, train
 from neurocrf.cli.utils import CONFIG_DIR
 from neurocrf.data.conll import Sentence
 from neurocrf.data.datamodule import SequenceDataModule
@@ -474,3 +475,52 @@ def test_full_batch_gradient_with_sparse_feature_gradients_is_the_dense_one() ->
     assert float(loss) == pytest.approx(value, rel=1e-9)
     for name, param in model.named_parameters():
         torch.testing.assert_close(sparse[name], param.grad, msg=name)
+
+
+def test_init_from_warm_starts_a_second_order_run_from_a_first_order_one(tmp_path: Path) -> None:
+    """``init_from``: a trained first-order feature CRF starts a second-order run. The feature
+    weights and the shared transition tensors are copied and the second-order scores start at
+    zero, so the new model's NLL is the first-order model's; L-BFGS then lowers it. A different
+    encoder config or tag set, or ``ckpt_path`` as well, is refused."""
+    ensure_sample_corpus(tmp_path / "data" / "sample", seed=13, train_size=60, dev_size=12, test_size=12)
+    common = ["experiment=precursor_jnlpba", "data=sample", "~logger", "test=false", "optimizer.l2_sigma2=10"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LBFGSNotConvergedWarning)
+        first_cfg = _compose(tmp_path / "first", [*common, "callbacks=last_checkpoint", "trainer.enable_checkpointing=true",
+                                                  "+callbacks.last_checkpoint.save_on_train_epoch_end=true",
+                                                  "optimizer.max_iterations=15", "trainer.max_epochs=15"])
+        _, first = train(first_cfg)
+    ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    assert ckpt.is_file()
+    warm_cfg = _compose(tmp_path / "warm", [*common, "crf=second_order", f"init_from={ckpt}"])
+    dm = first["datamodule"]
+    warm = build_model(warm_cfg, dm)
+    trained = first["model"]
+    state = torch.load(ckpt, weights_only=True)["state_dict"]
+    copied = [name for name, value in warm.state_dict().items() if name in state and state[name].shape == value.shape]
+    assert any(name.startswith("encoder.") for name in copied)
+    assert {"head.start_transitions", "head.transitions", "head.end_transitions"} <= set(copied)
+    for name in copied:  # the checkpoint is float64, the new model float32 until the trainer converts it
+        torch.testing.assert_close(warm.state_dict()[name].double(), state[name].double(), rtol=1e-6, atol=1e-12)
+    assert not warm.head.triple_transitions.detach().any()
+    batch = next(iter(dm.train_dataloader()))
+    trained.eval(), warm.double().eval()
+    with torch.no_grad():
+        nll_first = trained.head(trained._emissions(batch), batch["tags"], batch["mask"], reduction="sum")
+        nll_warm = warm.head(warm._emissions(batch), batch["tags"], batch["mask"], reduction="sum")
+    torch.testing.assert_close(nll_warm.double(), nll_first.double(), rtol=1e-5, atol=1e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LBFGSNotConvergedWarning)
+        metrics, _ = train(_compose(tmp_path / "warm_run", [*common, "crf=second_order", f"init_from={ckpt}",
+                                                            "optimizer.max_iterations=3", "trainer.max_epochs=3"]))
+    assert metrics["train/lbfgs_iterations"] == 3
+
+    with pytest.raises(ValueError, match="encoder config"):
+        build_model(_compose(tmp_path / "x", [*common, "encoder.templates=set2", f"init_from={ckpt}"]), dm)
+    bioes_cfg = _compose(tmp_path / "x", [*common, "data.scheme=BIOES", f"init_from={ckpt}"])
+    bioes = hydra.utils.instantiate(bioes_cfg.data, _convert_="all")
+    bioes.setup("fit")
+    with pytest.raises(ValueError, match="the checkpoint's tags"):
+        build_model(bioes_cfg, bioes)
+    with pytest.raises(ValueError, match="not both"):
+        build_model(_compose(tmp_path / "x", [*common, f"init_from={ckpt}", f"ckpt_path={ckpt}"]), dm)

@@ -3,6 +3,7 @@
     python -m neurocrf.cli.train                                  # sample corpus, BiLSTM-CRF, CPU
     neurocrf-train crf=precursor encoder=transformer trainer=gpu
     neurocrf-train ckpt_path=logs/train/runs/<run>/checkpoints/last.ckpt   # resume
+    neurocrf-train crf=second_order init_from=<first-order checkpoint>     # warm start
 
 Steps: data module -> vocabularies from the training sentences -> Tagger -> fit -> test the best
 checkpoint. Returns ``cfg.optimized_metric`` so that sweepers can optimise it.
@@ -38,6 +39,8 @@ def build_model(cfg: DictConfig, datamodule: Any) -> Any:
     from neurocrf.models.tagger import Tagger
 
     ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path and cfg.get("init_from"):
+        raise ValueError("give ckpt_path (resume a run) or init_from (start a new run from its weights), not both")
     if ckpt_path:
         checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
         hparams = dict(checkpoint["hyper_parameters"])
@@ -48,9 +51,14 @@ def build_model(cfg: DictConfig, datamodule: Any) -> Any:
             )
         return Tagger(**hparams, restore=True)
     encoder = to_plain(cfg.encoder)
-    vocabularies = build_vocabularies(encoder, [s.tokens for s in datamodule.train_sentences])
+    init_from = cfg.get("init_from")
+    source = _init_checkpoint(init_from, encoder, datamodule.tags) if init_from else None
+    if source is not None:
+        vocabularies = source["hyper_parameters"]["vocabularies"]
+    else:
+        vocabularies = build_vocabularies(encoder, [s.tokens for s in datamodule.train_sentences])
     run_config = {key: value for key, value in (to_plain(cfg) or {}).items() if key != "hydra"}
-    return Tagger(
+    model = Tagger(
         encoder=encoder,
         head=to_plain(cfg.crf),
         tags=list(datamodule.tags),
@@ -60,6 +68,37 @@ def build_model(cfg: DictConfig, datamodule: Any) -> Any:
         scheduler=to_plain(cfg.get("scheduler")),
         config=run_config,
     )
+    if source is not None:
+        _copy_matching_weights(model, source["state_dict"], init_from)
+    return model
+
+
+def _init_checkpoint(path: str, encoder: dict[str, Any], tags: list[str]) -> dict[str, Any]:
+    """The checkpoint ``init_from`` names, checked against the new run's encoder config and tags."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    hparams = checkpoint["hyper_parameters"]
+    if hparams["tags"] != list(tags):
+        raise ValueError(f"init_from={path}: the checkpoint's tags {hparams['tags']} differ from the data's {list(tags)}")
+    if hparams["encoder"] != encoder:
+        raise ValueError(f"init_from={path}: the checkpoint's encoder config {hparams['encoder']} differs from this"
+                         f" run's {encoder}; feature and word ids would not line up")
+    return checkpoint
+
+
+def _copy_matching_weights(model: Any, state: dict[str, Any], path: str) -> None:
+    """Load the tensors of ``state`` whose names and shapes match ``model``'s; the CRF's other
+    score tensors start at zero, so that a CRF extending the checkpoint's (second order over first
+    order) starts as the checkpoint's model. Logs what was copied."""
+    own = model.state_dict()
+    matching = {name: value for name, value in state.items() if name in own and own[name].shape == value.shape}
+    model.load_state_dict(matching, strict=False)
+    fresh = sorted(set(own) - set(matching))
+    with torch.no_grad():
+        for name, param in model.head.named_parameters(prefix="head"):
+            if name in fresh:
+                param.zero_()
+    log.info("init_from=%s: %d tensors copied, %d start fresh%s", path, len(matching), len(fresh),
+             f" ({', '.join(fresh)})" if fresh else "")
 
 
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
