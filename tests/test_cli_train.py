@@ -167,9 +167,22 @@ def test_training_without_a_dev_split(data_dir: Path, tmp_path: Path) -> None:
     """No dev split: validation is off and training + testing work; a callback that monitors a
     dev metric is refused before training instead of never firing."""
     common = ["data.dev_path=null", "data.sample_dir=null", "~logger", "trainer.max_epochs=2", "data.batch_size=16", *TINY_BILSTM]
-    metrics, objects = train(compose_config("train", tmp_path / "ok", data_dir, ["callbacks=none", *common]))
+    metrics, objects = train(compose_config("train", tmp_path / "ok", data_dir,
+                                            ["callbacks=none", "+trainer.enable_checkpointing=false", *common]))
     assert objects["trainer"].current_epoch == 2 and 0.0 <= metrics["test/f1"] <= 1.0
     assert not [key for key in metrics if key.startswith("val/")]
+    # no checkpoint callback: the final weights are saved, and that is the model that was tested
+    final = tmp_path / "ok" / "checkpoints" / "final.ckpt"
+    assert objects["ckpt_path"] == objects["final_ckpt"] == str(final)
+    assert "optimizer_states" not in torch.load(final, weights_only=True)
+    test = objects["datamodule"].test_sentences
+    tagger = Tagger.load(final)
+    predictions = tagger.predict([s.tokens for s in test])
+    scores = span_scores([s.tags for s in test], [p.tags for p in predictions], tagger.scheme)
+    assert scores.f1 == pytest.approx(metrics["test/f1"], abs=1e-6)
+    train(compose_config("train", tmp_path / "off", data_dir,
+                         ["callbacks=none", "+trainer.enable_checkpointing=false", "save_final=false", *common]))
+    assert not (tmp_path / "off" / "checkpoints").exists()
     with pytest.raises(ValueError, match="monitors 'val/f1', but the data has no dev split"):
         train(compose_config("train", tmp_path / "refused", data_dir, common))
 

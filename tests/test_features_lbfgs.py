@@ -486,12 +486,10 @@ def test_init_from_warm_starts_a_second_order_run_from_a_first_order_one(tmp_pat
     common = ["experiment=precursor_jnlpba", "data=sample", "~logger", "test=false", "optimizer.l2_sigma2=10"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LBFGSNotConvergedWarning)
-        first_cfg = _compose(tmp_path / "first", [*common, "callbacks=last_checkpoint", "trainer.enable_checkpointing=true",
-                                                  "+callbacks.last_checkpoint.save_on_train_epoch_end=true",
-                                                  "optimizer.max_iterations=15", "trainer.max_epochs=15"])
+        first_cfg = _compose(tmp_path / "first", [*common, "optimizer.max_iterations=15", "trainer.max_epochs=15"])
         _, first = train(first_cfg)
-    ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
-    assert ckpt.is_file()
+    ckpt = tmp_path / "first" / "checkpoints" / "final.ckpt"  # the experiment saves no checkpoint while training
+    assert first["final_ckpt"] == str(ckpt) and ckpt.is_file()
     warm_cfg = _compose(tmp_path / "warm", [*common, "crf=second_order", f"init_from={ckpt}"])
     dm = first["datamodule"]
     warm = build_model(warm_cfg, dm)

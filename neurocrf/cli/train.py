@@ -6,12 +6,14 @@
     neurocrf-train crf=second_order init_from=<first-order checkpoint>     # warm start
 
 Steps: data module -> vocabularies from the training sentences -> Tagger -> fit -> test the best
-checkpoint. Returns ``cfg.optimized_metric`` so that sweepers can optimise it.
+checkpoint. A run whose callbacks saved no checkpoint (the full-batch L-BFGS experiments) writes
+its final weights to ``checkpoints/final.ckpt`` (``save_final``). Returns ``cfg.optimized_metric`` so that sweepers can optimise it.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -129,8 +131,13 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     log_config(loggers, cfg, {"data_summary": summary} if summary else None)
 
     objects = {"cfg": cfg, "datamodule": datamodule, "model": model, "trainer": trainer}
+    final_ckpt: str | None = None
     if cfg.get("train", True):
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        if _best_checkpoint(trainer) is None and cfg.get("save_final", True):
+            final_ckpt = str(Path(cfg.paths.output_dir) / "checkpoints" / "final.ckpt")
+            trainer.save_checkpoint(final_ckpt, weights_only=True)
+            log.info("no checkpoint callback saved the model: final weights written to %s", final_ckpt)
     metrics = float_metrics(trainer.callback_metrics)
 
     if cfg.get("test", True):
@@ -138,14 +145,17 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         if ckpt_path is None and not cfg.get("train", True):
             ckpt_path = cfg.get("ckpt_path")
         if ckpt_path is None:
-            log.warning("no best checkpoint found: testing the current weights")
+            log.warning("no best checkpoint found: testing the current weights%s",
+                        f" (saved as {final_ckpt})" if final_ckpt else "")
         trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path)
         metrics.update(float_metrics(trainer.callback_metrics))
+        ckpt_path = ckpt_path or final_ckpt
         if trainer.is_global_zero:
             print(f"test/f1 = {metrics.get('test/f1', float('nan')):.4f}")
             print(f"checkpoint: {ckpt_path or '(none: current weights)'}")
             print(f"report: {cfg.paths.output_dir}/test_report.txt")
         objects["ckpt_path"] = ckpt_path
+    objects["final_ckpt"] = final_ckpt
     return metrics, objects
 
 
