@@ -7,7 +7,8 @@
 
 Steps: data module -> vocabularies from the training sentences -> Tagger -> fit -> test the best
 checkpoint. A run whose callbacks saved no checkpoint (the full-batch L-BFGS experiments) writes
-its final weights to ``checkpoints/final.ckpt`` (``save_final``). Returns ``cfg.optimized_metric`` so that sweepers can optimise it.
+its final weights to ``checkpoints/final.ckpt`` (``save_final``). Returns
+``cfg.optimized_metric`` so that sweepers can optimise it.
 """
 
 from __future__ import annotations
