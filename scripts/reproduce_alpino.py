@@ -191,8 +191,10 @@ def results_table(args: argparse.Namespace, stats: dict, oracle: dict, reports: 
         (f"Total wall time {total_minutes:.1f} min. Command: `python scripts/reproduce_alpino.py "
          f"--epochs {args.epochs} --max-minutes {args.max_minutes:g} --hidden {args.hidden} --layers {args.layers} "
          f"--dropout {args.dropout} --word-dropout {args.word_dropout} --head-dropout {args.head_dropout} "
-         f"--char {args.char} --char-hidden {args.char_hidden} "
-         f"--k {args.k} --fallback-k {args.fallback_k} --threads {args.threads} --out {args.out}`."),
+         f"--char {args.char} --char-hidden {args.char_hidden} --lr {args.lr:g} --batch-size {args.batch_size} "
+         f"--patience {args.patience} --seed {args.seed} "
+         + (f"--limit {args.limit} " if args.limit else "")
+         + f"--k {args.k} --fallback-k {args.fallback_k} --threads {args.threads} --out {args.out}`."),
         "",
     ]
     return "\n".join(lines)
