@@ -30,7 +30,7 @@ from neurocrf.models.lbfgs import (
     crfsuite_c2_to_sigma2,
     sigma2_to_crfsuite_c2,
 )
-from neurocrf.models.tagger import LBFGSNotConvergedWarning, Tagger
+from neurocrf.models.tagger import LBFGSNotConvergedWarning, Tagger, length_sorted_chunks
 from neurocrf.structs import build_crf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -250,6 +250,28 @@ def test_prior_value_and_default_sigma() -> None:
     assert _tagger(dm, {"name": "adam"}).regularizer() is None
     model = _tagger(dm, {"name": "adam", "l2_sigma2": 4.0})
     assert float(model.regularizer()) == pytest.approx(sum(float(p.pow(2).sum()) for p in model.parameters()) / 8)
+
+
+def test_default_chunk_size_follows_the_scores_each_token_holds() -> None:
+    """20000 tokens per full-batch chunk, fewer for a second-order CRF over many tags (L^3 moves
+    per token: 10M per chunk) and for pair emissions ((L + 1) L scores: 1.5M per chunk)."""
+    dm = _datamodule()
+    assert _tagger(dm, {"name": "lbfgs"}).default_chunk_tokens() == 20000
+    assert _tagger(dm, {"name": "lbfgs"}, "second_order").default_chunk_tokens() == 13717  # 9 tags
+    tags = ["O"] + [f"{prefix}-T{i}" for i in range(11) for prefix in "BI"]  # 23 tags, as CoNLL-2000 IOB2
+    encoder = {"name": "features", "templates": "set1"}
+    vocabularies = build_vocabularies(encoder, [s.tokens for s in dm.train_sentences])
+    many = Tagger(encoder, {"kind": "second_order"}, tags, "IOB2", vocabularies, {"name": "lbfgs"})
+    assert many.default_chunk_tokens() == 10_000_000 // 23**3 == 821
+    first = Tagger(encoder, {"kind": "first_order"}, tags, "IOB2", vocabularies, {"name": "lbfgs"})
+    assert first.default_chunk_tokens() == 20000
+    pairs = {**encoder, "pair_templates": ["w[-1,0]"]}
+    pair_vocabularies = build_vocabularies(pairs, [s.tokens for s in dm.train_sentences])
+    pair_model = Tagger(pairs, {"kind": "first_order"}, tags, "IOB2", pair_vocabularies, {"name": "lbfgs"})
+    assert pair_model.default_chunk_tokens() == 1_500_000 // (24 * 23) == 2717
+    # chunks: sorted by length, padded size (longest x count) within the budget, a longer item alone
+    assert length_sorted_chunks([5, 1, 3, 8, 2], 6) == [[1, 4], [2], [0], [3]]
+    assert length_sorted_chunks([2, 2, 2], 100) == [[0, 1, 2]]
 
 
 @pytest.mark.parametrize("kind", ["first_order", "second_order", "precursor"])

@@ -38,7 +38,7 @@ from neurocrf.models.optim import (
     l2_penalty,
 )
 from neurocrf.models.prediction import Prediction, build_predictions
-from neurocrf.structs import ChainCRF, build_crf
+from neurocrf.structs import ChainCRF, SecondOrderCRF, build_crf
 
 log = logging.getLogger(__name__)
 
@@ -464,9 +464,8 @@ class Tagger(pl.LightningModule):
 
         Read from the trainer's training loader (its dataset and collate function), sentences
         sorted by length and cut into chunks of at most ``max_tokens`` padded tokens
-        (``optimizer.chunk_tokens``; default 20000, and for pair emissions, whose tensors hold
-        ``(L + 1) L`` scores per token, as many tokens as fit 1.5M scores: several times faster
-        than large chunks on CPU) so that padding stays small and memory bounded.
+        (``optimizer.chunk_tokens``; default :meth:`default_chunk_tokens`) so that padding stays
+        small and memory bounded.
         """
         if self._chunks is not None:
             return self._chunks
@@ -474,26 +473,11 @@ class Tagger(pl.LightningModule):
         dataset, collate = getattr(loader, "dataset", None), getattr(loader, "collate_fn", None)
         if dataset is None or collate is None or not hasattr(dataset, "__len__"):
             raise TypeError("full-batch L-BFGS needs a training DataLoader over a map-style dataset")
-        num_tags = len(self.tags)
-        default = max(256, 1_500_000 // ((num_tags + 1) * num_tags)) if self.encoder.emits_pairs else 20000
-        budget = int(max_tokens or self.optimizer_config.get("chunk_tokens") or default)
+        budget = int(max_tokens or self.optimizer_config.get("chunk_tokens") or self.default_chunk_tokens())
         size = len(dataset)
         lengths = getattr(dataset, "lengths", None)
-        order = sorted(range(size), key=lengths.__getitem__) if lengths is not None else list(range(size))
-        groups: list[list[int]] = []
-        current: list[int] = []
-        width = 0
-        for index in order:
-            length = lengths[index] if lengths is not None else 1
-            if current and max(width, length) * (len(current) + 1) > budget:
-                groups.append(current)
-                current, width = [], 0
-            current.append(index)
-            width = max(width, length)
-        if current:
-            groups.append(current)
         chunks = []
-        for group in groups:
+        for group in length_sorted_chunks(lengths if lengths is not None else [1] * size, budget):
             batch = collate([dataset[i] for i in group])
             chunks.append(
                 {
@@ -506,6 +490,20 @@ class Tagger(pl.LightningModule):
         tokens = sum(int(chunk["mask"].sum()) for chunk in chunks)
         log.info("full-batch L-BFGS: %d training sentences, %d tokens in %d chunks", size, tokens, len(chunks))
         return chunks
+
+    def default_chunk_tokens(self) -> int:
+        """Padded tokens per full-batch chunk when ``optimizer.chunk_tokens`` is null: 20000, and
+        fewer where a token holds many scores, so that a chunk's tensors stay small. Pair emissions
+        ((L + 1) L scores per token): as many tokens as fit 1.5M scores; a second-order CRF (L^3
+        moves per token): 10M, at most 20000. Both are also faster on CPU than larger chunks
+        (``scripts/bench_full_batch_chunks.py``, docs/benchmarks.md); a second-order CRF over 23
+        tags in 20000-token chunks grew to 19 GB on CoNLL-2000."""
+        num_tags = len(self.tags)
+        if self.encoder.emits_pairs:
+            return max(256, 1_500_000 // ((num_tags + 1) * num_tags))
+        if isinstance(self.head, SecondOrderCRF):
+            return min(20000, max(256, 10_000_000 // num_tags**3))
+        return 20000
 
     def full_batch_objective(self) -> Tensor:
         """Zero the gradients, then accumulate the gradient of the whole training objective
@@ -644,3 +642,22 @@ class Tagger(pl.LightningModule):
         finally:
             self.train(was_training)
         return results  # type: ignore[return-value]
+
+
+def length_sorted_chunks(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices of ``lengths`` sorted by length (stable) and cut into groups whose padded size
+    (longest length x group size) is at most ``budget`` tokens; an item longer than the budget
+    is a group of its own."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    width = 0
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
+        length = lengths[index]
+        if current and max(width, length) * (len(current) + 1) > budget:
+            groups.append(current)
+            current, width = [], 0
+        current.append(index)
+        width = max(width, length)
+    if current:
+        groups.append(current)
+    return groups
