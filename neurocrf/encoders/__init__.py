@@ -67,7 +67,7 @@ def build_encoder(config: Any, vocabularies: dict[str, Any], num_tags: int, *, r
     if name == "features":
         from neurocrf.encoders.features import build_features
 
-        return build_features(config, vocabularies, num_tags)
+        return build_features(config, vocabularies, num_tags, restore=restore)
     from neurocrf.encoders.transformer import build_transformer
 
     return build_transformer(config, restore=restore)

