@@ -193,8 +193,9 @@ def _write_vectors(path: Path, words: list[str], matrix: np.ndarray) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def test_vector_features_add_a_linear_map_of_the_neighbours_vectors(tmp_path: Path) -> None:
-    """Emissions = indicator scores + W [v(t-1); v(t); v(t+1)], with v = 0 outside the sentence and
+@pytest.mark.parametrize("offsets", [[-1, 0, 1], [2, -3]])
+def test_vector_features_add_a_linear_map_of_the_neighbours_vectors(tmp_path: Path, offsets: list[int]) -> None:
+    """Emissions = indicator scores + W [v(t + o1); v(t + o2); ...], with v = 0 outside the sentence and
     for words without a vector; vectors scaled to the configured standard deviation; the first
     ``vector_words`` words of the file only."""
     rng = np.random.default_rng(1)
@@ -202,7 +203,7 @@ def test_vector_features_add_a_linear_map_of_the_neighbours_vectors(tmp_path: Pa
     path = tmp_path / "vectors.txt"
     _write_vectors(path, ["paris", "is", "big", "never"], matrix)
     config = {"name": "features", "templates": ["token"], "vectors": str(path), "vector_words": 3,
-              "vector_offsets": [-1, 0, 1], "vector_scale": 0.5}
+              "vector_offsets": offsets, "vector_scale": 0.5}
     vocabularies = json.loads(json.dumps(build_vocabularies(config, [["Paris", "is"]])))
     assert vocabularies["vector_words"] == ["paris", "is", "big"] and vocabularies["vector_dim"] == 3
     encoder = build_encoder(config, vocabularies, num_tags=2)
@@ -222,7 +223,7 @@ def test_vector_features_add_a_linear_map_of_the_neighbours_vectors(tmp_path: Pa
     for b, sentence in enumerate(batch):
         for t, word in enumerate(sentence):
             around = [vector.get(sentence[j], torch.zeros(3)) if 0 <= j < len(sentence) else torch.zeros(3)
-                      for j in (t - 1, t, t + 1)]
+                      for j in (t + offset for offset in offsets)]
             expected = weights[index["bias"]] + dense @ torch.cat(around)
             if f"w[0]={word}" in index:
                 expected = expected + weights[index[f"w[0]={word}"]]

@@ -67,17 +67,19 @@ class WordVectorFeatures(nn.Module):
 
     def forward(self, ids: Tensor) -> Tensor:
         """``ids [B, T]`` -> ``[B, T, num_tags]``; positions past the sentence read row 0 (zeros)."""
-        vectors = self.table[ids]  # [B, T, D]
         width = ids.shape[1]
-        shifted = []
-        for offset in self.offsets:
-            moved = vectors.new_zeros(vectors.shape)
-            if offset >= 0 and offset < width:
-                moved[:, : width - offset] = vectors[:, offset:]
-            elif offset < 0 and -offset < width:
-                moved[:, -offset:] = vectors[:, : width + offset]
-            shifted.append(moved)
-        return self.weights(torch.cat(shifted, dim=-1))
+        low, high = min(0, *self.offsets), max(0, *self.offsets)
+        # the vectors of positions -low before and high after the row are zeros (row 0)
+        vectors = self.table[nn.functional.pad(ids, (-low, high))]  # [B, T - low + high, D]
+        weight = self.weights.weight.view(-1, len(self.offsets), vectors.shape[-1])  # [L, O, D]
+        # W [v(t + o1); v(t + o2); ...] as one product per offset with a shifted view of the
+        # vectors: they need no gradient, so no [B, T, O * D] copy is built in either direction
+        scores = None
+        for o, offset in enumerate(self.offsets):
+            start = offset - low
+            term = vectors[:, start : start + width] @ weight[:, o].T
+            scores = term if scores is None else scores + term
+        return scores
 
     def extra_repr(self) -> str:
         return f"words={len(self.index)}, dim={self.table.shape[1]}, offsets={self.offsets}"
