@@ -210,3 +210,48 @@ def test_token_columns_model_reads_the_same_columns_in_predict_and_evaluate(tmp_
     text.write_text("the dog barks\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"in.txt:1: token columns \[0, 1\] need a column file"):
         predict(compose_config("predict", tmp_path / "text", [f"ckpt_path={ckpt}", f"input={text}", "input_format=text"]))
+
+
+def test_cluster_and_vector_features_through_the_entry_points(tmp_path: Path) -> None:
+    """Hydra options encoder.clusters and encoder.vectors: a model trained through neurocrf-train
+    with a clusters file and a vectors file is used by neurocrf-predict and neurocrf-evaluate after
+    both files are gone (the checkpoint carries them), with the predictions of the loaded model.
+    The test words are new, but their clusters and vectors are the ones of their chunk type."""
+    import random
+
+    train_file, test_file = tmp_path / "train.txt", tmp_path / "test.txt"
+    _chunk_corpus(train_file, 40, seed=5)
+    _chunk_corpus(test_file, 15, seed=6)
+    rng = random.Random(0)
+    paths, vectors = [], []
+    for sentence in read_conll(train_file, tag_column=2) + read_conll(test_file, tag_column=2):
+        for (word, _pos, _), tag in zip(sentence.columns, sentence.tags):
+            group = ["B-NP", "I-NP", "B-VP", "B-PP"].index(tag)
+            paths.append(f"{group:02b}{rng.randrange(2)}\t{word}")
+            vectors.append(word + " " + " ".join("1.0" if d == group else f"{rng.gauss(0, 0.1):.3f}" for d in range(4)))
+    clusters_file, vectors_file = tmp_path / "clusters.paths", tmp_path / "vectors.txt"
+    clusters_file.write_text("\n".join(paths) + "\n", encoding="utf-8")
+    vectors_file.write_text("\n".join(vectors) + "\n", encoding="utf-8")
+    data = [f"data.train_path={train_file}", f"data.test_path={test_file}", "data.dev_fraction=0.2"]
+    train(compose_config("train", tmp_path / "train", [
+        "data=conll2000", *data, "data.scheme=IOB2", "encoder=features", "encoder.templates=[token,'cluster2[0]']",
+        f"encoder.clusters={clusters_file}", f"encoder.vectors={vectors_file}", "encoder.vector_offsets=[0]",
+        "crf=first_order", "~logger", "test=false", "trainer.max_epochs=4", "optimizer.lr=0.1", "data.batch_size=8",
+    ]))
+    ckpt = tmp_path / "train" / "checkpoints" / "last.ckpt"
+    clusters_file.unlink(), vectors_file.unlink()
+    model = Tagger.load(ckpt)
+    gold = read_conll(test_file, tag_column=2)
+    expected = model.predict([s.tokens for s in gold])
+
+    output = tmp_path / "pred.conll"
+    predict(compose_config("predict", tmp_path / "predict", [f"ckpt_path={ckpt}", f"input={test_file}",
+                                                             f"output={output}", "scheme=IOB2"]))
+    written = read_conll(output, tag_column=3)
+    assert [s.tokens for s in written] == [s.tokens for s in gold]
+    assert [s.tags for s in written] == [p.tags for p in expected]
+    f1 = span_scores([s.tags for s in gold], [s.tags for s in written], "IOB2").f1
+    assert f1 > 0.95  # every test word is unseen: only its cluster and vector can tag it
+    metrics, _ = evaluate(compose_config("evaluate", tmp_path / "evaluate", [f"ckpt_path={ckpt}", "data=conll2000",
+                                                                              *data]))
+    assert metrics["test/f1"] == pytest.approx(f1, abs=1e-6)

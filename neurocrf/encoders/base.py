@@ -75,6 +75,13 @@ class Lookup:
         return self.index.get(item)
 
 
+def find_word(mapping: Mapping[str, Any], word: str) -> Any:
+    """``mapping[word]``, else ``mapping[word.lower()]``, else None (pretrained vectors and word
+    clusters are often lowercased)."""
+    found = mapping.get(word)
+    return mapping.get(word.lower()) if found is None else found
+
+
 def counted_vocabulary(counts: Counter[str], min_count: int, specials: Iterable[str] = (PAD, UNK)) -> list[str]:
     """Specials first, then items seen at least ``min_count`` times, most frequent first.
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from neurocrf.encoders.base import PAD, UNK, Encoder, Lookup, counted_vocabulary, sentence_mask, with_defaults
+from neurocrf.encoders.base import PAD, UNK, Encoder, Lookup, counted_vocabulary, find_word, sentence_mask, with_defaults
 from neurocrf.encoders.chars import CHAR_KINDS, Dropout, build_char_encoder, char_ids, run_lstm
 from neurocrf.encoders.vectors import load_vectors, match_rows
 
@@ -107,7 +107,7 @@ def _add_pretrained(options: dict[str, Any], counts: Counter[str]) -> tuple[list
     if options["word_dim"] is not None and options["word_dim"] != vectors.dim:
         raise ValueError(f"word_dim={options['word_dim']} but the vectors in {vectors.source} have {vectors.dim}")
     index = vectors.index()
-    rare = Counter({w: c for w, c in counts.items() if c < options["min_count"] and (w in index or w.lower() in index)})
+    rare = Counter({w: c for w, c in counts.items() if c < options["min_count"] and find_word(index, w) is not None})
     words = counted_vocabulary(counts, options["min_count"])
     words += counted_vocabulary(rare, 1, specials=())
     if options["add_pretrained_words"]:
@@ -142,9 +142,7 @@ class BiLSTMPreparer:
     def word_id(self, word: str) -> int:
         if self.lowercase:
             word = word.lower()
-        found = self.words.get(word)
-        if found is None:
-            found = self.words.get(word.lower())
+        found = find_word(self.words.index, word)
         return found if found is not None else self.words.unk_id  # type: ignore[return-value]
 
     def __call__(self, tokens: list[list[str]]) -> dict[str, Tensor]:

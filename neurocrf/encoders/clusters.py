@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from neurocrf.encoders.base import find_word
 from neurocrf.encoders.vectors import load_vectors
 
 VECTORS_PREFIX = "vectors:"
@@ -128,6 +129,7 @@ def _two_means(points: np.ndarray, cluster: np.ndarray, num_clusters: int, rng: 
         if iteration and np.array_equal(new_side, side):
             break
         side = new_side
+        # per-(cluster, side) sums; torch's index_add_ is far faster than np.add.at here
         sums = torch.zeros(num_clusters * 2, points.shape[1], dtype=torch.float64).index_add_(
             0, torch.from_numpy(2 * cluster + side), torch.from_numpy(points)).numpy()
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
@@ -141,7 +143,5 @@ def _two_means(points: np.ndarray, cluster: np.ndarray, num_clusters: int, rng: 
 
 def cluster_of(clusters: dict[str, str], word: str) -> str:
     """The path of ``word``, else of its lowercase form, else :data:`UNKNOWN`."""
-    found = clusters.get(word)
-    if found is None:
-        found = clusters.get(word.lower())
+    found = find_word(clusters, word)
     return UNKNOWN if found is None else found

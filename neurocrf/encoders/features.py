@@ -69,6 +69,7 @@ from neurocrf.encoders.base import (
     Encoder,
     Lookup,
     counted_vocabulary,
+    find_word,
     sentence_mask,
     with_defaults,
 )
@@ -408,8 +409,7 @@ class FeaturePreparer:
         ids = torch.zeros(len(tokens), width, dtype=torch.long)
         for b, sentence in enumerate(tokens):
             words = [token.split(separator)[0] if separator else token for token in sentence]
-            ids[b, : len(words)] = torch.tensor([rows.get(w) or rows.get(w.lower(), 0) for w in words],
-                                                dtype=torch.long)
+            ids[b, : len(words)] = torch.tensor([find_word(rows, w) or 0 for w in words], dtype=torch.long)
         return ids
 
 
@@ -512,7 +512,7 @@ class FeatureEncoder(Encoder):
                                  " vocabularies were built without vectors")
             self.vectors = WordVectorFeatures(vocabularies["vector_words"], num_tags, options["vector_offsets"],
                                               options["vector_scale"], None if restore else options["vectors"],
-                                              vocabularies["vector_dim"])
+                                              vocabularies["vector_dim"], options["vector_words"])
         self.preparer = FeaturePreparer(templates, vocabularies["features"], pair_templates,
                                         vocabularies.get("pair_features"),
                                         self.vectors.index if self.vectors is not None else None)

@@ -35,10 +35,11 @@ class WordVectorFeatures(nn.Module):
         source: the vectors (any source of :func:`load_vectors`); None leaves the table at zero for
             a state dict to fill (checkpoint restore).
         dim: the vectors' dimension (needed when ``source`` is None).
+        limit: read at most this many entries of ``source`` (``words`` came from its first ones).
     """
 
     def __init__(self, words: list[str], num_tags: int, offsets: Sequence[int], scale: float,
-                 source: str | None = None, dim: int | None = None) -> None:
+                 source: str | None = None, dim: int | None = None, limit: int | None = None) -> None:
         super().__init__()
         if not offsets:
             raise ValueError("encoder.vector_offsets must name at least one relative position")
@@ -47,7 +48,7 @@ class WordVectorFeatures(nn.Module):
         self.index = {word: i + 1 for i, word in enumerate(words)}  # word -> table row
         self.offsets = [int(o) for o in offsets]
         if source is not None:
-            table = self._read(words, source, scale)
+            table = self._read(words, source, scale, limit)
         elif dim is not None:
             table = torch.zeros(len(words) + 1, dim)
         else:
@@ -57,8 +58,8 @@ class WordVectorFeatures(nn.Module):
         nn.init.zeros_(self.weights.weight)
 
     @staticmethod
-    def _read(words: list[str], source: str, scale: float) -> Tensor:
-        vectors = load_vectors(source, keep=set(words).__contains__)
+    def _read(words: list[str], source: str, scale: float, limit: int | None) -> Tensor:
+        vectors = load_vectors(source, keep=set(words).__contains__, limit=limit)
         found = vectors.index()
         missing = [word for word in words if word not in found]
         if missing:

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from neurocrf.encoders.base import find_word
+
 WORD_LIST_SUFFIXES = (".txt", ".vocab", ".words", ".json", ".parquet")
 
 
@@ -229,9 +231,7 @@ def match_rows(
     index = vectors.index()
     vocabulary_rows, vector_rows = [], []
     for row, word in enumerate(vocabulary):
-        found = index.get(word)
-        if found is None and lowercase_fallback:
-            found = index.get(word.lower())
+        found = find_word(index, word) if lowercase_fallback else index.get(word)
         if found is not None:
             vocabulary_rows.append(row)
             vector_rows.append(found)
