@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--head-dropout", type=float, default=0.2, help="dropout before the two heads")
     ap.add_argument("--char", choices=["cnn", "lstm"], default="cnn")
     ap.add_argument("--char-hidden", type=int, default=50)
+    ap.add_argument("--factors", default="",
+                    help="comma-separated supertag parts with shared output vectors (heads.factors)")
+    ap.add_argument("--ema", type=float, default=0.0, help="moving average of the weights, this decay (0: off)")
     ap.add_argument("--lr", type=float, default=0.002)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--k", type=int, default=10)
@@ -86,8 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     print("== 3. supertagger training", flush=True)
     minutes = int(args.max_minutes)
     seconds = round((args.max_minutes - minutes) * 60)
+    ema = ["callbacks=[default,ema]", f"callbacks.ema.decay={args.ema}"] if args.ema else []
     train_cfg = compose_config("supertag", work / "train", [
         *treebank,
+        *ema,
+        f"heads.factors=[{args.factors}]",
         f"seed={args.seed}",
         "encoder=bilstm",
         f"encoder.hidden_size={args.hidden}",
@@ -162,7 +168,9 @@ def results_table(args: argparse.Namespace, stats: dict, oracle: dict, reports: 
         "",
         (f"Supertagger: BiLSTM {args.layers} x {args.hidden} per direction, word (100) + char "
         f"{args.char.upper()} ({args.char_hidden}) embeddings from scratch, dropout {args.dropout}, word dropout "
-        f"{args.word_dropout}, head dropout {args.head_dropout}, Adam lr {args.lr}, batch {args.batch_size}; "
+        f"{args.word_dropout}, head dropout {args.head_dropout}, Adam lr {args.lr}, batch {args.batch_size}"
+        + (f", factored supertag head ({args.factors})" if args.factors else "")
+        + (f", weight average (EMA {args.ema:g})" if args.ema else "") + "; "
         f"{epochs} epochs in {train_minutes:.1f} min on {args.threads} CPU thread(s) "
         f"({platform.processor() or platform.machine()}); best checkpoint by dev supertag accuracy "
         f"({pct(metrics.get('val/supertag_acc_best', float('nan')))}). "
@@ -192,6 +200,7 @@ def results_table(args: argparse.Namespace, stats: dict, oracle: dict, reports: 
          f"--epochs {args.epochs} --max-minutes {args.max_minutes:g} --hidden {args.hidden} --layers {args.layers} "
          f"--dropout {args.dropout} --word-dropout {args.word_dropout} --head-dropout {args.head_dropout} "
          f"--char {args.char} --char-hidden {args.char_hidden} --lr {args.lr:g} --batch-size {args.batch_size} "
+         + (f"--factors {args.factors} " if args.factors else "") + (f"--ema {args.ema:g} " if args.ema else "") +
          f"--patience {args.patience} --seed {args.seed} "
          + (f"--limit {args.limit} " if args.limit else "")
          + f"--k {args.k} --fallback-k {args.fallback_k} --threads {args.threads} --out {args.out}`."),

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from neurocrf.encoders import build_encoder
 from neurocrf.models.optim import configure_optimizers
+from neurocrf.models.supertag_head import build_supertag_head
 from neurocrf.models.tagger import plain
 from neurocrf.parsing.parser import Parser, candidates_from_topk
 
@@ -82,7 +83,8 @@ class Supertagger(pl.LightningModule):
         roots: root labels of the prepared training trees (the parser's goal labels).
         optimizer, scheduler: see :mod:`neurocrf.models.optim`.
         heads: ``dropout`` before the two projections (default 0.2), ``pos_weight`` of the
-            preterminal loss (default 1.0).
+            preterminal loss (default 1.0), ``factors``: supertag parts whose output vectors are
+            shared (:mod:`neurocrf.models.supertag_head`; default none, a plain linear head).
         parsing: parser settings, see :data:`PARSING_DEFAULTS`.
         transform: how the trees were prepared (``move_punctuation``, ``h``, ``v``), for the record.
         config: the resolved run config (optional, kept for the record).
@@ -142,7 +144,8 @@ class Supertagger(pl.LightningModule):
             raise ValueError(f"encoder {hparams['encoder'].get('name')!r} emits tag scores; the "
                              "supertagger needs a hidden-state encoder (bilstm or transformer)")
         self.dropout = nn.Dropout(float(heads.get("dropout", 0.2)))
-        self.supertag_head = nn.Linear(self.encoder.output_dim, len(self.supertags))
+        self.supertag_head = build_supertag_head(self.encoder.output_dim, self.supertags,
+                                                 heads.get("factors"))
         self.preterminal_head = nn.Linear(self.encoder.output_dim, len(self.preterminals))
 
         self._counts: dict[str, Tensor] = {}
