@@ -60,6 +60,8 @@ def test_configs_compose(tmp_path: Path, data_dir: Path) -> None:
     measured = compose_config("supertag", tmp_path, data_dir, ["experiment=alpino_supertagger_bilstm"])
     assert measured.treebank.name == "alpino" and measured.encoder.num_layers == 2
     assert (measured.encoder.word_dropout, measured.heads.dropout, measured.trainer.max_epochs) == (0.2, 0.3, 60)
+    assert measured.heads.factors == ["lhs", "label", "attach", "composition", "first", "second"]
+    assert measured.callbacks.ema.decay == 0.999 and "model_checkpoint" in measured.callbacks
     assert compose_config("parse", tmp_path, data_dir, []).get("treebank") is None
     assert compose_config("extract", tmp_path, data_dir, []).treebank.name == "tiny"
     assert compose_config("parse_evaluate", tmp_path, data_dir, ["predictions=x"]).split == "test"
@@ -112,6 +114,23 @@ def test_training_reports_metrics_and_parses_memorised_sentences(trained: dict) 
     assert "f1" in (out / "parse_test_report.txt").read_text().lower()
     checkpoint = torch.load(trained["ckpt"], map_location="cpu", weights_only=True)
     assert checkpoint["hyper_parameters"]["parsing"]["k"] == 4
+
+
+def test_training_with_a_factored_head_and_a_weight_average(tmp_path: Path, data_dir: Path) -> None:
+    cfg = compose_config("supertag", tmp_path, data_dir, [
+        *TINY, *QUIET, "callbacks=[default,ema]", "callbacks.ema.decay=0.9",
+        "heads.factors=[lhs,label,composition,first,second]", "trainer.max_epochs=30",
+        "callbacks.model_checkpoint.monitor=null",
+        "~callbacks.early_stopping", "final_parse.splits=[train]", "parsing.k=4"])
+    metrics, objects = train(cfg)
+    assert metrics["parse_train/supertag_accuracy"] > 0.95 and metrics["parse_train/f1"] > 0.9
+    checkpoint = torch.load(objects["ckpt_path"], map_location="cpu", weights_only=True)
+    averaged, current = checkpoint["state_dict"], checkpoint["ema_current"]
+    assert set(current) <= set(averaged)
+    assert any(not torch.equal(averaged[name], value) for name, value in current.items())
+    model = Supertagger.load(objects["ckpt_path"])
+    assert type(model.supertag_head).__name__ == "FactoredSupertagHead"
+    assert torch.equal(model.supertag_head.own.weight, averaged["supertag_head.own.weight"])
 
 
 def test_parse_and_evaluate_entry_points_end_to_end(tmp_path: Path, data_dir: Path, trained: dict) -> None:
