@@ -52,7 +52,8 @@ FACTORS: dict[str, Callable[[list[str]], str]] = {
 """Part extractors, from the five fields of a supertag string."""
 
 
-def supertag_parts(supertags: Sequence[str], factors: Sequence[str]) -> dict[str, tuple[list[str], list[int]]]:
+def supertag_parts(supertags: Sequence[str],
+                   factors: Sequence[str]) -> dict[str, tuple[list[str], list[int]]]:
     """Per factor: its distinct values (sorted) and the value id of each supertag (``[S]``)."""
     unknown = sorted(set(factors) - set(FACTORS))
     if unknown:
