@@ -20,6 +20,7 @@ from neurocrf.cli.parse_evaluate import evaluate_predictions
 from neurocrf.cli.supertag_train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.models.supertag_data import load_treebank, read_supertag_corpus
+from neurocrf.models.supertag_head import FactoredSupertagHead
 from neurocrf.models.supertagger import Supertagger
 from neurocrf.parsing import read_treebank
 
@@ -129,7 +130,7 @@ def test_training_with_a_factored_head_and_a_weight_average(tmp_path: Path, data
     assert set(current) <= set(averaged)
     assert any(not torch.equal(averaged[name], value) for name, value in current.items())
     model = Supertagger.load(objects["ckpt_path"])
-    assert type(model.supertag_head).__name__ == "FactoredSupertagHead"
+    assert isinstance(model.supertag_head, FactoredSupertagHead)
     assert torch.equal(model.supertag_head.own.weight, averaged["supertag_head.own.weight"])
 
 

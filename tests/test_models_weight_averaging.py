@@ -54,6 +54,17 @@ class Recorder(Callback):
         self.weights.append(pl_module.linear.weight.detach().clone())
 
 
+class SaveDuringValidation(Callback):
+    """Writes a checkpoint in the middle of the second validation (the average is swapped in)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if trainer.current_epoch == 1 and batch_idx == 0:
+            trainer.save_checkpoint(self.path)
+
+
 def _data() -> DataLoader:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(40, 3, generator=g)
@@ -82,7 +93,8 @@ def test_average_validation_checkpoint_and_final_model(tmp_path: Path) -> None:
     recorder = Recorder()
     checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="e{epoch}", save_top_k=-1,
                                  auto_insert_metric_name=False)
-    trainer = _trainer(tmp_path, 3, [recorder, EMAWeights(decay=0.9), checkpoint])
+    trainer = _trainer(tmp_path, 3, [recorder, EMAWeights(decay=0.9), checkpoint,
+                                      SaveDuringValidation(tmp_path / "during_validation.ckpt")])
     trainer.fit(model, _data(), _data())
     assert len(recorder.weights) == 15
     expected = _expected_average(initial, recorder.weights, 0.9)
@@ -97,6 +109,10 @@ def test_average_validation_checkpoint_and_final_model(tmp_path: Path) -> None:
     saved = torch.load(tmp_path / "e1.ckpt", weights_only=True)
     assert torch.allclose(saved["state_dict"]["linear.weight"], expected[9], atol=1e-6)
     assert torch.allclose(saved["ema_current"]["linear.weight"], recorder.weights[9], atol=1e-6)
+    # the same when the checkpoint is written while validation runs on the average
+    during = torch.load(tmp_path / "during_validation.ckpt", weights_only=True)
+    for key in ("state_dict", "ema_current"):
+        assert torch.allclose(during[key]["linear.weight"], saved[key]["linear.weight"], atol=1e-6)
     # testing a checkpoint after fit uses its averaged weights
     trainer.test(model, _data(), ckpt_path=str(tmp_path / "e1.ckpt"), verbose=False)
     assert torch.allclose(model.tested_with[-1], expected[9], atol=1e-6)

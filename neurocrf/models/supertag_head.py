@@ -25,14 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from neurocrf.parsing.grammar import Supertag
+
 _FANOUT_MARK = re.compile(r"_\d+$")
 
 
 def _fields(tag: str) -> list[str]:
-    fields = tag.split(" ")
-    if len(fields) != 5:
-        raise ValueError(f"supertag {tag!r} must have 5 space-separated fields")
-    return fields
+    Supertag.parse(tag)  # a malformed supertag raises, naming the problem
+    return tag.split(" ")
 
 
 def _base_label(lhs: str) -> str:

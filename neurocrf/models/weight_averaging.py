@@ -76,13 +76,12 @@ class EMAWeights(Callback):
         if not self.average:
             return
         state = checkpoint["state_dict"]
-        # while swapped (a save during validation) the module holds the average, ``average`` the current
-        model_is_average = self._swapped
-        current = {name: (self.average[name] if model_is_average else state[name]).clone()
-                   for name in self.average}
-        for name in self.average:
-            state[name] = state[name] if model_is_average else self.average[name].clone()
-        checkpoint["ema_current"] = current
+        if self._swapped:  # saved during validation: the module holds the average, ``average`` the current
+            checkpoint["ema_current"] = {name: value.clone() for name, value in self.average.items()}
+            return
+        checkpoint["ema_current"] = {name: state[name].clone() for name in self.average}
+        for name, value in self.average.items():
+            state[name] = value.clone()
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
@@ -96,7 +95,7 @@ class EMAWeights(Callback):
                 params[name].copy_(value)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"steps": self.steps, "decay": self.decay}
+        return {"steps": self.steps}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.steps = int(state_dict.get("steps", 0))
+        self.steps = int(state_dict["steps"])
