@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="read only the first N sentences (smoke test)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--override", action="append", default=[],
+                    help="extra Hydra override of the training config (repeatable), e.g. treebank.v=2")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -114,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         f"parsing.k={args.k}",
         "parsing.val_every_n_epochs=5",
         "final_parse.splits=[dev]",
+        *args.override,
     ])
     train_start = time.perf_counter()
     metrics, objects = train(train_cfg)
@@ -203,6 +206,7 @@ def results_table(args: argparse.Namespace, stats: dict, oracle: dict, reports: 
          + (f"--factors {args.factors} " if args.factors else "") + (f"--ema {args.ema:g} " if args.ema else "") +
          f"--patience {args.patience} --seed {args.seed} "
          + (f"--limit {args.limit} " if args.limit else "")
+         + "".join(f"--override '{o}' " for o in args.override)
          + f"--k {args.k} --fallback-k {args.fallback_k} --threads {args.threads} --out {args.out}`."),
         "",
     ]

@@ -136,7 +136,7 @@ def test_loss_is_the_sum_of_both_cross_entropies(datamodule: SupertagDataModule)
     model = make_model(datamodule, heads={"dropout": 0.0})
     model.eval()
     batch = next(iter(datamodule.dataloader("train")))
-    st, pt = model._scores(batch)
+    st, pt, _ = model._scores(batch)
     mask = batch["mask"]
     expected = F.cross_entropy(st[mask], batch["supertags"][mask]) + \
         F.cross_entropy(pt[mask], batch["preterminals"][mask])

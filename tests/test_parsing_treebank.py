@@ -90,6 +90,17 @@ def test_alpino_index_node_gives_discontinuous_constituent():
     assert s.pos_tags == ["noun", "verb", "adv", "noun", "verb", "verb", "punct"]
 
 
+def test_alpino_reader_keeps_functions_head_projections_and_postags():
+    xml = ALPINO.replace('pos="noun" rel="obj1"', 'pos="noun" postag="N(soort,ev)" rel="obj1"')
+    s = parse_alpino_xml(xml)
+    assert s.annotations == {
+        "function": ["su", "hd", "mod", "obj1", "hd", "hd", "--"],
+        # a head takes the cat/rel of the phrase it heads, through chains of hd links
+        "projection": ["-/su", "smain/--", "-/mod", "-/obj1", "inf/vc", "inf/vc", "-/--"],
+        "postag": ["_", "_", "_", "N(soort,ev)", "_", "_", "_"],
+    }
+
+
 def test_alpino_folder_is_read_in_numeric_order(tmp_path):
     for name in ["10", "2", "1"]:
         (tmp_path / f"{name}.xml").write_text(ALPINO, encoding="utf-8")
@@ -166,12 +177,24 @@ def test_export_round_trip(tmp_path, fmt):
         [(s.id, s.words, s.tree) for s in sents]
 
 
+@pytest.mark.parametrize("fmt", [3, 4])
+def test_export_reader_keeps_per_token_annotations(fmt):
+    (s,) = parse_export(EXPORT3 if fmt == 3 else _to_format4(EXPORT3))
+    assert s.annotations == {
+        "function": ["MO", "HD", "HD", "HD", "--"],
+        "morph": ["--", "3.Sg.Pres.Ind", "Psp", "Inf", "--"],
+        # HD edges followed upwards: nachgedacht heads VP#500, which is OC (not HD) of VP#501
+        "projection": ["-/MO", "S/--", "VP/OC", "VP/OC", "-/--"],
+    }
+
+
 def test_export_writer_numbers_bottom_up_and_keeps_foreign_root():
     (s,) = parse_export(EXPORT3)
     buf = io.StringIO()
     write_export(buf, [s])
     lines = buf.getvalue().splitlines()
-    assert lines[2].split("\t") == ["Darüber", "PROAV", "--", "--", "500"]
+    assert lines[2].split("\t") == ["Darüber", "PROAV", "--", "MO", "500"]  # morph and edge kept
+    assert lines[3].split("\t") == ["muss", "VMFIN", "3.Sg.Pres.Ind", "HD", "502"]
     nonterminals = [line.split("\t") for line in lines if line.startswith("#5")]
     assert [(f[0], f[1], f[4]) for f in nonterminals] == [("#500", "VP", "501"), ("#501", "VP", "502"),
                                                          ("#502", "S", "0")]

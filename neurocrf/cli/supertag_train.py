@@ -42,6 +42,7 @@ def build_datamodule(cfg: DictConfig) -> Any:
 
     data = dict(to_plain(cfg.get("data")) or {})
     data.setdefault("seed", cfg.get("seed") or 0)
+    data["auxiliary"] = list((to_plain(cfg.get("heads")) or {}).get("auxiliary") or {})
     datamodule = SupertagDataModule(treebank=to_plain(cfg.treebank), **data)
     datamodule.setup("fit")
     return datamodule
@@ -69,6 +70,7 @@ def build_model(cfg: DictConfig, datamodule: Any) -> Any:
         supertags=list(datamodule.supertags),
         preterminals=list(datamodule.preterminals),
         roots=list(datamodule.roots),
+        auxiliary_labels=dict(datamodule.auxiliary_labels),
         optimizer=to_plain(cfg.optimizer),
         scheduler=to_plain(cfg.get("scheduler")),
         heads=to_plain(cfg.get("heads")),

@@ -32,7 +32,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +73,14 @@ TREEBANK_DEFAULTS: dict[str, Any] = {
 
 @dataclass
 class SupertagSentence:
-    """One sentence of a supertag corpus: ``words``, ``supertags`` and ``preterminals`` ``[n]``."""
+    """One sentence of a supertag corpus: ``words``, ``supertags`` and ``preterminals`` ``[n]``,
+    and the treebank's per-token ``annotations`` (name -> ``[n]``, targets of auxiliary heads)."""
 
     id: str
     words: list[str]
     supertags: list[str]
     preterminals: list[str]
+    annotations: dict[str, list[str]] = field(default_factory=dict)
 
 
 def treebank_options(config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -96,11 +98,14 @@ def treebank_options(config: Mapping[str, Any] | None) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- generated treebank
 
 def write_sample_treebank(path: str | Path, sentences: int = 80, seed: int = 7,
-                          max_words: int = 8) -> Path:
-    """Write a random discontinuous treebank (discbracket, ids 0..N-1) for tests and demos.
+                          max_words: int = 8, fmt: str = "discbracket") -> Path:
+    """Write a random discontinuous treebank (ids 0..N-1) for tests and demos, in ``fmt``
+    (``discbracket`` or ``export``).
 
     Words are drawn per POS tag from small lists (``n3``, ``v1`` ...), so a tagger can learn
-    something, and every tree has root ``ROOT`` with at least two children (no unary root)."""
+    something, and every tree has root ``ROOT`` with at least two children (no unary root). The
+    export file also carries a per-token edge label (the ``function`` annotation): the label of
+    the word's parent phrase in lower case, a target an auxiliary head can learn."""
     rng = random.Random(seed)
     out: list[TreebankSentence] = []
     for i in range(sentences):
@@ -112,10 +117,20 @@ def write_sample_treebank(path: str | Path, sentences: int = 80, seed: int = 7,
         words = [""] * n
         for index, pos in tree.pos():
             words[index] = f"{pos.lower()}{rng.randint(0, 9)}"
-        out.append(TreebankSentence(str(i), words, tree))
+        function = [""] * n
+        for node in tree.subtrees():
+            for child in node.children:
+                if not isinstance(child, int) and child.is_preterminal:
+                    function[child.children[0]] = node.label.lower()  # type: ignore[index]
+        out.append(TreebankSentence(str(i), words, tree, {"function": function}))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_treebank(path, out, "discbracket", write_ids=True)
+    if fmt == "export":
+        write_treebank(path, out, "export", root_label="ROOT")
+    elif fmt == "discbracket":
+        write_treebank(path, out, "discbracket", write_ids=True)
+    else:
+        raise ValueError(f"sample treebank format must be discbracket or export, got {fmt!r}")
     return path
 
 
@@ -168,7 +183,7 @@ def supertag_corpus(sentences: Sequence[TreebankSentence], *, move_punctuation: 
             preterminals[index] = label
         roots.add(prepared.label)
         corpus.append(SupertagSentence(sentence.id, list(sentence.words), [str(t) for t in tags],
-                                       preterminals))
+                                       preterminals, dict(sentence.annotations)))
     return corpus, roots
 
 
@@ -252,17 +267,21 @@ class SupertagDataModule(pl.LightningDataModule):
 
     ``setup`` reads and splits the treebank, extracts the supertags, and fixes the label lists
     from the training split: ``supertags`` and ``preterminals`` (most frequent first, ties
-    alphabetical) and ``roots`` (root labels of the prepared training trees, for the parser).
+    alphabetical), ``roots`` (root labels of the prepared training trees, for the parser) and
+    ``auxiliary_labels`` (name -> labels of each per-token annotation named in ``auxiliary``,
+    e.g. ``function``: targets of auxiliary heads; the treebank's reader must provide them).
     Dev/test labels unseen in training get id -1: ignored by the loss, always wrong in accuracy.
 
     Batches are dicts: ``tokens`` (list of word lists), ``supertags`` / ``preterminals``
-    LongTensor ``[B, T]`` (-1 for padding and unknown labels), ``mask`` BoolTensor ``[B, T]``,
-    ``index`` LongTensor ``[B]`` (position in the split), ``inputs`` (the input builder's
-    tensors, see :meth:`set_input_builder`).
+    LongTensor ``[B, T]`` (-1 for padding and unknown labels), ``auxiliary`` (name -> LongTensor
+    ``[B, T]``, the same way), ``mask`` BoolTensor ``[B, T]``, ``index`` LongTensor ``[B]``
+    (position in the split), ``inputs`` (the input builder's tensors, see
+    :meth:`set_input_builder`).
     """
 
     def __init__(self, treebank: Mapping[str, Any], batch_size: int = 32, eval_batch_size: int = 64,
-                 num_workers: int = 0, seed: int = 0, bucket: bool = True) -> None:
+                 num_workers: int = 0, seed: int = 0, bucket: bool = True,
+                 auxiliary: Sequence[str] = ()) -> None:
         super().__init__()
         self.treebank_config = treebank_options(treebank)
         self.batch_size = int(batch_size)
@@ -270,6 +289,8 @@ class SupertagDataModule(pl.LightningDataModule):
         self.num_workers = int(num_workers)
         self.seed = int(seed)
         self.bucket = bool(bucket)
+        self.auxiliary = list(auxiliary)
+        self.auxiliary_labels: dict[str, list[str]] = {}
         self.treebanks: dict[str, list[TreebankSentence]] = {}
         self.corpora: dict[str, list[SupertagSentence]] = {}
         self.supertags: list[str] = []
@@ -295,12 +316,23 @@ class SupertagDataModule(pl.LightningDataModule):
         self.supertags = _by_frequency(t for s in self.corpora["train"] for t in s.supertags)
         self.preterminals = _by_frequency(p for s in self.corpora["train"] for p in s.preterminals)
         self.roots = sorted(roots)
+        for name in self.auxiliary:
+            for split in SPLITS:
+                for s in self.corpora[split]:
+                    if name not in s.annotations:
+                        raise ValueError(
+                            f"treebank {options['path']}, sentence {s.id}: an auxiliary head needs the "
+                            f"per-token annotation {name!r}, which this treebank does not provide "
+                            f"(it has: {sorted(s.annotations) or 'none'}; format {options['format']})")
+            self.auxiliary_labels[name] = _by_frequency(a for s in self.corpora["train"]
+                                                        for a in s.annotations[name])
 
     def summary(self) -> dict[str, Any]:
         """Sentences per split and label counts (plain values)."""
         return {**{f"{split}_sentences": len(self.corpora.get(split, [])) for split in SPLITS},
                 "supertags": len(self.supertags), "preterminals": len(self.preterminals),
-                "roots": list(self.roots)}
+                "roots": list(self.roots),
+                **{f"auxiliary_{name}": len(labels) for name, labels in self.auxiliary_labels.items()}}
 
     def set_input_builder(self, builder: Callable[[list[list[str]]], dict[str, Tensor]]) -> None:
         """``tokens -> encoder inputs`` (the encoder's ``preparer``), run in the collate step."""
@@ -324,7 +356,8 @@ class SupertagDataModule(pl.LightningDataModule):
         """Batches of ``split`` (in order unless ``shuffle``; training batches are length-bucketed)."""
         if split not in self.corpora:
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS} (call setup first)")
-        collate = SupertagCollator(self.supertags, self.preterminals, self.input_builder)
+        collate = SupertagCollator(self.supertags, self.preterminals, self.input_builder,
+                                   self.auxiliary_labels)
         corpus = self.corpora[split]
         dataset = _Indexed(corpus)
         if shuffle:
@@ -390,9 +423,12 @@ class SupertagCollator:
     """Sentences -> a batch dict (see :class:`SupertagDataModule`)."""
 
     def __init__(self, supertags: Sequence[str], preterminals: Sequence[str],
-                 input_builder: Callable[[list[list[str]]], dict[str, Tensor]] | None) -> None:
+                 input_builder: Callable[[list[list[str]]], dict[str, Tensor]] | None,
+                 auxiliary_labels: Mapping[str, Sequence[str]] | None = None) -> None:
         self.supertag_ids = {t: i for i, t in enumerate(supertags)}
         self.preterminal_ids = {p: i for i, p in enumerate(preterminals)}
+        self.auxiliary_ids = {name: {a: i for i, a in enumerate(labels)}
+                              for name, labels in (auxiliary_labels or {}).items()}
         self.input_builder = input_builder
 
     def __call__(self, items: Sequence[tuple[int, SupertagSentence]]) -> dict[str, Any]:
@@ -403,17 +439,22 @@ class SupertagCollator:
         supertags = torch.full((batch, width), -1, dtype=torch.long)
         preterminals = torch.full((batch, width), -1, dtype=torch.long)
         mask = torch.zeros(batch, width, dtype=torch.bool)
+        auxiliary = {name: torch.full((batch, width), -1, dtype=torch.long) for name in self.auxiliary_ids}
         for b, s in enumerate(sentences):
             n = len(s.words)
             mask[b, :n] = True
             supertags[b, :n] = torch.tensor([self.supertag_ids.get(t, -1) for t in s.supertags], dtype=torch.long)
             preterminals[b, :n] = torch.tensor([self.preterminal_ids.get(p, -1) for p in s.preterminals],
                                                dtype=torch.long)
+            for name, ids in self.auxiliary_ids.items():
+                auxiliary[name][b, :n] = torch.tensor([ids.get(a, -1) for a in s.annotations[name]],
+                                                      dtype=torch.long)
         tokens = [list(s.words) for s in sentences]
         return {
             "tokens": tokens,
             "supertags": supertags,
             "preterminals": preterminals,
+            "auxiliary": auxiliary,
             "mask": mask,
             "index": torch.tensor(list(index), dtype=torch.long),
             "inputs": self.input_builder(tokens) if self.input_builder is not None else {},

@@ -4,10 +4,17 @@
 
     words --encoder--> [B, T, H] --dropout--> linear -> supertag scores     [B, T, S]
                                          \\--> linear -> preterminal scores [B, T, P]
+                                         \\--> linear -> auxiliary scores   [B, T, A_name] (optional)
 
-Loss: the sum of the two token-level cross-entropies (each averaged over the tokens of the
-batch). For parsing (Ruprecht & Mörbitz 2021), each token keeps its ``k`` most probable supertags
-with weights ``-log p`` where the ``k`` probabilities are renormalised to sum to 1
+Loss: the sum of the token-level cross-entropies (each averaged over the tokens of the batch);
+the preterminal one weighted by ``heads.pos_weight``, each *auxiliary* one by its weight in
+``heads.auxiliary``. Auxiliary heads (multi-task learning) predict per-token annotations of the
+treebank that the supertags do not hold, such as the grammatical function (``function``) or the
+function of the phrase a word heads (``projection``; :data:`neurocrf.parsing.tree.ANNOTATIONS`);
+they shape the shared encoder during training and are not used for parsing.
+
+For parsing (Ruprecht & Mörbitz 2021), each token keeps its ``k`` most probable supertags with
+weights ``-log p`` where the ``k`` probabilities are renormalised to sum to 1
 (:meth:`Supertagger.predict_kbest`); the parser (:mod:`neurocrf.parsing.parser`) takes them as
 plain ``(string, weight)`` lists.
 
@@ -82,9 +89,12 @@ class Supertagger(pl.LightningModule):
         preterminals: preterminal labels (ids index it).
         roots: root labels of the prepared training trees (the parser's goal labels).
         optimizer, scheduler: see :mod:`neurocrf.models.optim`.
-        heads: ``dropout`` before the two projections (default 0.2), ``pos_weight`` of the
+        heads: ``dropout`` before the projections (default 0.2), ``pos_weight`` of the
             preterminal loss (default 1.0), ``factors``: supertag parts whose output vectors are
-            shared (:mod:`neurocrf.models.supertag_head`; default none, a plain linear head).
+            shared (:mod:`neurocrf.models.supertag_head`; default none, a plain linear head),
+            ``auxiliary``: annotation name -> loss weight of an auxiliary head (default none).
+        auxiliary_labels: annotation name -> its labels (ids index them), one entry per name in
+            ``heads.auxiliary`` (from :attr:`SupertagDataModule.auxiliary_labels`).
         parsing: parser settings, see :data:`PARSING_DEFAULTS`.
         transform: how the trees were prepared (``move_punctuation``, ``h``, ``v``), for the record.
         config: the resolved run config (optional, kept for the record).
@@ -98,6 +108,7 @@ class Supertagger(pl.LightningModule):
         supertags: list[str],
         preterminals: list[str],
         roots: list[str],
+        auxiliary_labels: dict[str, list[str]] | None = None,
         optimizer: dict[str, Any] | None = None,
         scheduler: dict[str, Any] | None = None,
         heads: dict[str, Any] | None = None,
@@ -113,6 +124,7 @@ class Supertagger(pl.LightningModule):
             "supertags": plain(supertags, "supertags"),
             "preterminals": plain(preterminals, "preterminals"),
             "roots": plain(roots, "roots"),
+            "auxiliary_labels": plain(auxiliary_labels or {}, "auxiliary_labels"),
             "optimizer": plain(optimizer or {"name": "adam", "lr": 2e-3}, "optimizer"),
             "scheduler": plain(scheduler, "scheduler"),
             "heads": plain(heads or {}, "heads"),
@@ -137,6 +149,12 @@ class Supertagger(pl.LightningModule):
         self.scheduler_config: dict[str, Any] | None = hparams["scheduler"]
         heads = hparams["heads"]
         self.pos_weight = float(heads.get("pos_weight", 1.0))
+        self.auxiliary_weights: dict[str, float] = {name: float(w) for name, w in
+                                                    (heads.get("auxiliary") or {}).items()}
+        self.auxiliary_labels: dict[str, list[str]] = hparams["auxiliary_labels"]
+        if set(self.auxiliary_weights) != set(self.auxiliary_labels):
+            raise ValueError(f"heads.auxiliary names {sorted(self.auxiliary_weights)} and the auxiliary "
+                             f"label lists {sorted(self.auxiliary_labels)} must match")
 
         self.encoder = build_encoder(hparams["encoder"], hparams["vocabularies"], len(self.supertags),
                                      restore=restore)
@@ -147,6 +165,8 @@ class Supertagger(pl.LightningModule):
         self.supertag_head = build_supertag_head(self.encoder.output_dim, self.supertags,
                                                  heads.get("factors"))
         self.preterminal_head = nn.Linear(self.encoder.output_dim, len(self.preterminals))
+        self.auxiliary_heads = nn.ModuleDict({name: nn.Linear(self.encoder.output_dim, len(labels))
+                                              for name, labels in self.auxiliary_labels.items()})
 
         self._counts: dict[str, Tensor] = {}
         self._topk: dict[str, list[tuple[int, list[list[int]], list[list[float]], list[int]]]] = {}
@@ -160,27 +180,33 @@ class Supertagger(pl.LightningModule):
         hidden = self.dropout(self.encoder(inputs))
         return self.supertag_head(hidden), self.preterminal_head(hidden)
 
-    def _scores(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
-        supertag_scores, pt_scores = self(batch["inputs"])
+    def _scores(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """Supertag ``[B, T, S]``, preterminal ``[B, T, P]`` and auxiliary ``[B, T, A_name]`` scores."""
+        hidden = self.dropout(self.encoder(batch["inputs"]))
         mask = batch["mask"]
-        if supertag_scores.shape[:2] != mask.shape:
-            raise ValueError(f"encoder output {tuple(supertag_scores.shape)} does not match the "
+        if hidden.shape[:2] != mask.shape:
+            raise ValueError(f"encoder output {tuple(hidden.shape)} does not match the "
                              f"batch mask {tuple(mask.shape)}: the encoder must return one vector per word")
-        return supertag_scores, pt_scores
+        auxiliary = {name: head(hidden) for name, head in self.auxiliary_heads.items()}
+        return self.supertag_head(hidden), self.preterminal_head(hidden), auxiliary
 
-    def loss(self, supertag_scores: Tensor, pt_scores: Tensor, batch: Mapping[str, Any]) -> Tensor:
-        """Sum of the token-averaged cross-entropies of both heads (gold -1 is ignored)."""
+    def loss(self, supertag_scores: Tensor, pt_scores: Tensor, batch: Mapping[str, Any],
+             auxiliary_scores: Mapping[str, Tensor] | None = None) -> Tensor:
+        """Weighted sum of the token-averaged cross-entropies of the heads (gold -1 is ignored)."""
         mask = batch["mask"]
         gold_st = batch["supertags"].masked_fill(~mask, -1)
         gold_pt = batch["preterminals"].masked_fill(~mask, -1)
-        st_loss = _cross_entropy(supertag_scores, gold_st)
-        pt_loss = _cross_entropy(pt_scores, gold_pt)
-        return st_loss + self.pos_weight * pt_loss
+        loss = _cross_entropy(supertag_scores, gold_st) + self.pos_weight * _cross_entropy(pt_scores, gold_pt)
+        for name, scores in (auxiliary_scores or {}).items():
+            gold = batch["auxiliary"][name].masked_fill(~mask, -1)
+            loss = loss + self.auxiliary_weights[name] * _cross_entropy(scores, gold)
+        return loss
 
     # ------------------------------------------------------------------ Lightning steps
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
-        loss = self.loss(*self._scores(batch), batch)
+        supertag_scores, pt_scores, auxiliary_scores = self._scores(batch)
+        loss = self.loss(supertag_scores, pt_scores, batch, auxiliary_scores)
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True,
                  batch_size=len(batch["tokens"]))
         return loss
@@ -198,7 +224,8 @@ class Supertagger(pl.LightningModule):
         self._reset("test")
 
     def _reset(self, stage: str) -> None:
-        self._counts[stage] = torch.zeros(3, dtype=torch.float64)  # correct supertags, preterminals, tokens
+        # correct supertags, preterminals, each auxiliary head's labels; tokens
+        self._counts[stage] = torch.zeros(3 + len(self.auxiliary_heads), dtype=torch.float64)
         self._topk[stage] = []
 
     def _parse_due(self, stage: str) -> bool:
@@ -212,17 +239,18 @@ class Supertagger(pl.LightningModule):
         return (self.current_epoch + 1) % every == 0 or self.current_epoch + 1 == self.trainer.max_epochs
 
     def _evaluation_step(self, batch: dict[str, Any], stage: str) -> None:
-        supertag_scores, pt_scores = self._scores(batch)
+        supertag_scores, pt_scores, auxiliary_scores = self._scores(batch)
         mask = batch["mask"]
-        loss = self.loss(supertag_scores, pt_scores, batch)
+        loss = self.loss(supertag_scores, pt_scores, batch, auxiliary_scores)
         self.log(f"{stage}/loss", loss, on_epoch=True, sync_dist=True, batch_size=len(batch["tokens"]))
         pred_st = supertag_scores.argmax(-1)
         pred_pt = pt_scores.argmax(-1)
-        correct_st = ((pred_st == batch["supertags"]) & mask).sum()
-        correct_pt = ((pred_pt == batch["preterminals"]) & mask).sum()
-        total = mask.sum()
-        counts = torch.stack([correct_st, correct_pt, total]).double().cpu()
-        self._counts.setdefault(stage, torch.zeros(3, dtype=torch.float64))
+        correct = [((pred_st == batch["supertags"]) & mask).sum(), ((pred_pt == batch["preterminals"]) & mask).sum()]
+        correct += [((scores.argmax(-1) == batch["auxiliary"][name]) & mask).sum()
+                    for name, scores in auxiliary_scores.items()]
+        counts = torch.stack([*correct, mask.sum()]).double().cpu()
+        if stage not in self._counts:
+            self._reset(stage)
         self._counts[stage] += counts
         if self._parse_due(stage):
             k = min(int(self.parsing["k"]), len(self.supertags))
@@ -241,12 +269,16 @@ class Supertagger(pl.LightningModule):
         self._epoch_end("test")
 
     def _epoch_end(self, stage: str) -> None:
-        counts = self._counts.get(stage, torch.zeros(3, dtype=torch.float64)).to(self.device)
+        if stage not in self._counts:
+            self._reset(stage)
+        counts = self._counts[stage].to(self.device)
         if self._trainer is not None and self.trainer.world_size > 1:
             counts = self.trainer.strategy.reduce(counts, reduce_op="sum")
-        total = max(float(counts[2]), 1.0)
+        total = max(float(counts[-1]), 1.0)
         self.log(f"{stage}/supertag_acc", float(counts[0]) / total, sync_dist=False, prog_bar=True)
         self.log(f"{stage}/pos_acc", float(counts[1]) / total, sync_dist=False)
+        for offset, name in enumerate(self.auxiliary_heads):
+            self.log(f"{stage}/{name}_acc", float(counts[2 + offset]) / total, sync_dist=False)
         if stage == "val":
             if not self.trainer.sanity_checking:
                 self.val_acc_best = max(self.val_acc_best, float(counts[0]) / total)

@@ -14,8 +14,13 @@ Conversion to a :class:`~neurocrf.parsing.tree.Tree`:
   co-indexing keeps only its own terminals, which is what makes constituents discontinuous;
 * a phrase left without children by this is dropped too.
 
-The grammatical function (``rel``), lemmas and morphology are not kept. The ``<sentence>`` text
-is checked against the terminals. Sentence ids are the file names without ``.xml``.
+Per-token annotations (:attr:`TreebankSentence.annotations`, see
+:data:`~neurocrf.parsing.tree.ANNOTATIONS`): ``function`` (the word's ``rel``), ``projection``
+(``cat/rel`` of the largest phrase the word heads through ``rel="hd"`` links, e.g. ``np/su`` for
+the noun of a subject NP, ``-/det`` for a determiner) and ``postag`` (the CGN tag with morphology,
+``N(soort,mv,basis)``); ``_`` where an attribute is absent. Lemmas are not kept. The
+``<sentence>`` text is checked against the terminals. Sentence ids are the file names without
+``.xml``.
 """
 
 from __future__ import annotations
@@ -77,7 +82,8 @@ def parse_alpino_xml(text: bytes | str, sent_id: str = "", source: str | None = 
     if len(top) != 1:
         raise TreebankFormatError(source, root.line, f"expected one top <node>, found {len(top)}")
     words: dict[int, str] = {}
-    tree = _convert(top[0], words, source)
+    per_token: dict[int, dict[str, str]] = {}
+    tree = _convert(top[0], words, per_token, source, projection="-/_")
     if tree is None:
         raise TreebankFormatError(source, top[0].line, "the tree has no terminals")
     n = len(words)
@@ -92,7 +98,8 @@ def parse_alpino_xml(text: bytes | str, sent_id: str = "", source: str | None = 
             if tokens and len(tokens) != n:
                 raise TreebankFormatError(source, el.line, f"<sentence> has {len(tokens)} tokens "
                                           f"but the tree has {n} terminals")
-    return TreebankSentence(sent_id, word_list, tree)
+    annotations = {name: [per_token[i][name] for i in range(n)] for name in _ANNOTATIONS}
+    return TreebankSentence(sent_id, word_list, tree, annotations)
 
 
 def _int_attr(el: _Element, name: str, source: str | None) -> int:
@@ -102,9 +109,18 @@ def _int_attr(el: _Element, name: str, source: str | None) -> int:
     return int(value)
 
 
-def _convert(el: _Element, words: dict[int, str], source: str | None) -> Tree | None:
+_ANNOTATIONS = ("function", "projection", "postag")
+_HEAD = "hd"
+
+
+def _convert(el: _Element, words: dict[int, str], per_token: dict[int, dict[str, str]],
+             source: str | None, projection: str) -> Tree | None:
+    """``projection``: the ``cat/rel`` of the largest phrase this node heads if it is a head."""
     attrs = el.attrs
     nodes = [c for c in el.children if c.tag == "node"]
+    rel = attrs.get("rel", "_")
+    if rel != _HEAD:
+        projection = f"{attrs.get('cat', '-')}/{rel}"
     if "word" in attrs:
         if nodes:
             raise TreebankFormatError(source, el.line, "a <node> with 'word' has child nodes")
@@ -117,9 +133,11 @@ def _convert(el: _Element, words: dict[int, str], source: str | None) -> Tree | 
         if "pos" not in attrs:
             raise TreebankFormatError(source, el.line, f"terminal {attrs['word']!r} has no 'pos'")
         words[begin] = attrs["word"]
+        per_token[begin] = {"function": rel, "projection": projection, "postag": attrs.get("postag", "_")}
         return Tree(attrs["pos"], [begin])
     if "cat" in attrs:
-        children = [t for t in (_convert(c, words, source) for c in nodes) if t is not None]
+        children = [t for t in (_convert(c, words, per_token, source, projection) for c in nodes)
+                    if t is not None]
         return Tree(attrs["cat"].upper(), children) if children else None
     if "index" in attrs and not nodes:
         return None  # secondary occurrence of a co-indexed node

@@ -8,14 +8,18 @@ one line per nonterminal, fields separated by whitespace::
     nonterminal lines have ``#<id>`` (500..999) as the word and the label as the tag.
 
 ``parent`` 0 is the virtual root, read as a node labeled ``root_label`` (``VROOT``). Each
-terminal becomes a preterminal labeled with its tag. Edge labels (grammatical functions),
-lemmas, morphology and secondary edges are not kept. Lines outside blocks (``#FORMAT``, the
+terminal becomes a preterminal labeled with its tag. Per-token annotations
+(:data:`~neurocrf.parsing.tree.ANNOTATIONS`): ``function`` (the terminal's edge label), ``morph``
+and ``projection`` (``label/edge`` of the largest constituent the word heads through ``HD``
+edges, ``-/<edge>`` for a word that heads none). Lemmas, the edge labels of nonterminals and
+secondary edges are not kept otherwise. Lines outside blocks (``#FORMAT``, the
 ``#BOT``..``#EOT`` tables of format 4, ``%%`` comments) are skipped; the version comes from a
 ``#FORMAT`` line, else from the argument, else from the parity of the field count (format 3 lines
 have an odd number of fields, format 4 lines an even one).
 
 The writer numbers nonterminals bottom-up from 500 (children before parents) and writes ``--``
-for morphology, edge and lemma. A tree whose root is not labeled ``root_label`` is written with
+for lemma and nonterminal edges, and for morphology and terminal edges unless the sentence has
+``morph`` / ``function`` annotations. A tree whose root is not labeled ``root_label`` is written with
 its root as an ordinary nonterminal under the virtual root.
 """
 
@@ -83,6 +87,9 @@ def parse_export(lines: Iterable[str] | str, fmt: int | None = None, *, root_lab
     return out
 
 
+_HEAD_EDGE = "HD"
+
+
 def _build(sent_id: str, block: list[tuple[int, list[str]]], fmt: int, root_label: str,
            source: str | None, bos_line: int) -> TreebankSentence:
     offset = 1 if fmt == 4 else 0  # lemma column
@@ -91,6 +98,8 @@ def _build(sent_id: str, block: list[tuple[int, list[str]]], fmt: int, root_labe
     nodes: dict[int, Tree] = {0: Tree(root_label)}
     node_line: dict[int, int] = {}
     edges: list[tuple[int, Tree, int]] = []  # (parent id, child, line)
+    nt_edge: dict[int, tuple[str, int]] = {}  # node id -> (edge label, parent id)
+    term_fields: list[tuple[str, str, int]] = []  # (morph, edge, parent id) per terminal
     for lineno, fields in block:
         if len(fields) < min_fields:
             raise TreebankFormatError(source, lineno, f"format {fmt} needs at least {min_fields} "
@@ -105,12 +114,14 @@ def _build(sent_id: str, block: list[tuple[int, list[str]]], fmt: int, root_labe
                 raise TreebankFormatError(source, lineno, f"node #{node_id} defined twice")
             nodes[node_id] = Tree(tag)
             node_line[node_id] = lineno
+            nt_edge[node_id] = (fields[3 + offset], int(parent_text))
             edges.append((int(parent_text), nodes[node_id], lineno))
         else:
             if node_line:
                 raise TreebankFormatError(source, lineno, "terminal line after nonterminal lines")
             edges.append((int(parent_text), Tree(tag, [len(words)]), lineno))
             words.append(fields[0])
+            term_fields.append((fields[2 + offset], fields[3 + offset], int(parent_text)))
     if not words:
         raise TreebankFormatError(source, bos_line, f"sentence {sent_id} has no terminals")
     parent_of: dict[int, int] = {}
@@ -132,7 +143,16 @@ def _build(sent_id: str, block: list[tuple[int, list[str]]], fmt: int, root_labe
         if not node.children:
             raise TreebankFormatError(source, node_line.get(node_id, bos_line),
                                       f"node #{node_id} ({node.label}) has no children")
-    return TreebankSentence(sent_id, words, nodes[0].sort())
+    projections = []
+    for _, edge, parent in term_fields:
+        label = "-"
+        while edge == _HEAD_EDGE and parent != 0:
+            label = nodes[parent].label
+            edge, parent = nt_edge[parent]
+        projections.append(f"{label}/{edge}")
+    annotations = {"function": [edge for _, edge, _ in term_fields],
+                   "morph": [morph for morph, _, _ in term_fields], "projection": projections}
+    return TreebankSentence(sent_id, words, nodes[0].sort(), annotations)
 
 
 def export_block(sentence: TreebankSentence, fmt: int = 3, *, root_label: str = "VROOT") -> str:
@@ -173,10 +193,12 @@ def export_block(sentence: TreebankSentence, fmt: int = 3, *, root_label: str = 
 
     lemma = ["--"] if fmt == 4 else []
     lines = [f"#BOS {sentence.id}"]
+    morph = sentence.annotations.get("morph") or ["--"] * len(words)
+    function = sentence.annotations.get("function") or ["--"] * len(words)
     for i, word in enumerate(words):
-        _check_field(word, sentence.id, "word")
-        _check_field(tags[i], sentence.id, "tag")
-        lines.append("\t".join([word, *lemma, tags[i], "--", "--", number(term_parent[i])]))
+        for value, what in ((word, "word"), (tags[i], "tag"), (morph[i], "morph"), (function[i], "edge")):
+            _check_field(value, sentence.id, what)
+        lines.append("\t".join([word, *lemma, tags[i], morph[i], function[i], number(term_parent[i])]))
     for k in sorted(range(len(nonterminals)), key=ids.__getitem__):
         _check_field(nonterminals[k].label, sentence.id, "label")
         lines.append("\t".join([f"#{ids[k]}", *lemma, nonterminals[k].label, "--", "--",

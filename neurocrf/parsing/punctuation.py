@@ -122,4 +122,5 @@ def _lowest_common_ancestor(a: Tree, b: Tree, parent: dict[int, Tree], root: Tre
 def move_punctuation_sentence(sentence: TreebankSentence, **kwargs) -> TreebankSentence:
     """:func:`move_punctuation` on a :class:`TreebankSentence` (returns a new one)."""
     tree = move_punctuation(sentence.tree, sentence.words, **kwargs)
-    return TreebankSentence(sentence.id, list(sentence.words), tree)
+    return TreebankSentence(sentence.id, list(sentence.words), tree,
+                            {name: list(values) for name, values in sentence.annotations.items()})

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 __all__ = [
+    "ANNOTATIONS",
     "Tree",
     "TreebankSentence",
     "TreebankFormatError",
@@ -300,6 +301,16 @@ def parse_bracketed(text: str) -> tuple[Tree, dict[int, str]]:
     return root, words
 
 
+#: Per-token annotations the readers keep (:attr:`TreebankSentence.annotations`).
+ANNOTATIONS: dict[str, str] = {
+    "function": "the word's grammatical function (Alpino rel, export edge label)",
+    "projection": "label/function of the largest constituent the word heads, following head "
+                  "functions (Alpino hd, export HD) upwards; '-/<function>' for a word that heads none",
+    "postag": "the fine-grained tag with morphology (Alpino postag, the CGN tag)",
+    "morph": "the morphology column of the export format",
+}
+
+
 class TreebankFormatError(ValueError):
     """Malformed treebank input; the message names the file and line."""
 
@@ -315,11 +326,22 @@ class TreebankFormatError(ValueError):
 
 @dataclass
 class TreebankSentence:
-    """One treebank entry: ``tree``'s terminal indices point into ``words``."""
+    """One treebank entry: ``tree``'s terminal indices point into ``words``.
+
+    ``annotations``: per-token annotations the treebank has beside the tree, name -> one string
+    per word (:data:`ANNOTATIONS`); readers fill what their format holds, ``_`` where a token has
+    none. Not part of equality: two entries with the same id, words and tree are equal."""
 
     id: str
     words: list[str]
     tree: Tree
+    annotations: dict[str, list[str]] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, values in self.annotations.items():
+            if len(values) != len(self.words):
+                raise ValueError(f"sentence {self.id}: annotation {name!r} has {len(values)} values "
+                                 f"for {len(self.words)} words")
 
     @property
     def pos_tags(self) -> list[str]:
