@@ -134,6 +134,30 @@ def test_training_with_a_factored_head_and_a_weight_average(tmp_path: Path, data
     assert torch.equal(model.supertag_head.own.weight, averaged["supertag_head.own.weight"])
 
 
+def test_init_from_starts_a_new_run_from_a_trained_model(tmp_path: Path, data_dir: Path, trained: dict) -> None:
+    source = torch.load(trained["ckpt"], map_location="cpu", weights_only=True)
+    cfg = compose_config("supertag", tmp_path, data_dir, [
+        *TINY, *QUIET, f"init_from={trained['ckpt']}", "optimizer.lr=0.0", "trainer.max_epochs=1",
+        "callbacks.model_checkpoint.monitor=null", "~callbacks.early_stopping", "final_parse.splits=[train]"])
+    metrics, objects = train(cfg)
+    checkpoint = torch.load(objects["ckpt_path"], map_location="cpu", weights_only=True)
+    assert checkpoint["epoch"] == 0 and checkpoint["epoch"] < source["epoch"]
+    assert checkpoint["hyper_parameters"]["optimizer"]["lr"] == 0.0
+    assert checkpoint["hyper_parameters"]["config"]["init_from"] == trained["ckpt"]
+    for name, value in source["state_dict"].items():  # lr 0: the loaded weights, unchanged
+        assert torch.equal(checkpoint["state_dict"][name], value), name
+    assert metrics["parse_train/f1"] == pytest.approx(trained["metrics"]["parse_train/f1"])
+
+    with pytest.raises(ValueError, match="not both"):
+        train(compose_config("supertag", tmp_path / "both", data_dir,
+                             [*TINY, f"init_from={trained['ckpt']}", f"ckpt_path={trained['ckpt']}"]))
+    source["hyper_parameters"]["supertags"] = source["hyper_parameters"]["supertags"][1:]
+    other = tmp_path / "other.ckpt"
+    torch.save(source, other)
+    with pytest.raises(ValueError, match="other.ckpt: the checkpoint's supertags differ"):
+        train(compose_config("supertag", tmp_path / "other", data_dir, [*TINY, f"init_from={other}"]))
+
+
 def test_parse_and_evaluate_entry_points_end_to_end(tmp_path: Path, data_dir: Path, trained: dict) -> None:
     report = parse(compose_config("parse", tmp_path / "p", data_dir,
                                   ["treebank=tiny", "split=train", f"ckpt_path={trained['ckpt']}", "k=4"]))

@@ -3,6 +3,13 @@
     python -m neurocrf.cli.supertag_train                        # the tiny generated treebank
     neurocrf-supertag treebank=alpino trainer.max_epochs=30
     neurocrf-supertag treebank=alpino encoder=transformer trainer=gpu
+    neurocrf-supertag ... ckpt_path=<run>/checkpoints/last.ckpt          # resume
+    neurocrf-supertag ... init_from=<run>/checkpoints/<best>.ckpt optimizer.lr=5e-4 \
+        scheduler='{name:linear}' trainer.max_epochs=15                  # fine-tune a trained model
+
+``init_from`` starts a new run (epoch 0, fresh optimizer, schedule and weight average) from the
+weights of a checkpoint; the model (encoder, vocabularies, heads, auxiliary heads) is the
+checkpoint's, the optimizer, scheduler, trainer and data options are this run's config.
 
 Steps: treebank -> :class:`~neurocrf.models.supertag_data.SupertagDataModule` (split, supertags
 extracted) -> vocabularies from the training words -> :class:`Supertagger` -> fit (checkpoints
@@ -36,34 +43,56 @@ from neurocrf.cli.utils import (
 log = logging.getLogger(__name__)
 
 
-def build_datamodule(cfg: DictConfig) -> Any:
-    """The (set up) supertag data module of ``cfg.treebank`` with the ``cfg.data`` loader options."""
+def source_checkpoint(cfg: DictConfig) -> tuple[str, dict[str, Any]] | None:
+    """``(path, checkpoint)`` of ``cfg.ckpt_path`` (resume) or ``cfg.init_from`` (warm start), if any."""
+    ckpt_path, init_from = cfg.get("ckpt_path"), cfg.get("init_from")
+    if ckpt_path and init_from:
+        raise ValueError("give ckpt_path (resume a run) or init_from (start a new run from its weights), not both")
+    path = ckpt_path or init_from
+    if not path:
+        return None
+    return str(path), torch.load(path, map_location="cpu", weights_only=True)
+
+
+def build_datamodule(cfg: DictConfig, source: tuple[str, dict[str, Any]] | None = None) -> Any:
+    """The (set up) supertag data module of ``cfg.treebank`` with the ``cfg.data`` loader options;
+    its auxiliary annotations are those of the ``source`` checkpoint's heads if given, else ``cfg.heads``."""
     from neurocrf.models.supertag_data import SupertagDataModule
 
     data = dict(to_plain(cfg.get("data")) or {})
     data.setdefault("seed", cfg.get("seed") or 0)
-    data["auxiliary"] = list((to_plain(cfg.get("heads")) or {}).get("auxiliary") or {})
+    heads = source[1]["hyper_parameters"]["heads"] if source else to_plain(cfg.get("heads"))
+    data["auxiliary"] = list((heads or {}).get("auxiliary") or {})
     datamodule = SupertagDataModule(treebank=to_plain(cfg.treebank), **data)
     datamodule.setup("fit")
     return datamodule
 
 
-def build_model(cfg: DictConfig, datamodule: Any) -> Any:
-    """A new Supertagger for ``datamodule``, or the one saved in ``cfg.ckpt_path`` (to resume)."""
+def build_model(cfg: DictConfig, datamodule: Any, source: tuple[str, dict[str, Any]] | None = None) -> Any:
+    """A new Supertagger for ``datamodule``, or the model of the ``source`` checkpoint: as saved
+    (``cfg.ckpt_path``, to resume) or with its weights loaded and this run's optimizer, scheduler
+    and config (``cfg.init_from``)."""
     from neurocrf.encoders import build_vocabularies
     from neurocrf.models.supertagger import Supertagger
 
-    ckpt_path = cfg.get("ckpt_path")
-    if ckpt_path:
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    run_config = {key: value for key, value in (to_plain(cfg) or {}).items() if key != "hydra"}
+    if source:
+        path, checkpoint = source
         hparams = dict(checkpoint["hyper_parameters"])
-        if hparams["supertags"] != datamodule.supertags:
-            raise ValueError(f"{ckpt_path}: the checkpoint's supertags differ from the treebank's")
-        return Supertagger(**hparams, restore=True)
+        for name in ("supertags", "preterminals"):
+            if hparams[name] != getattr(datamodule, name):
+                raise ValueError(f"{path}: the checkpoint's {name} differ from the treebank's")
+        if not cfg.get("init_from"):
+            return Supertagger(**hparams, restore=True)
+        hparams.update(optimizer=to_plain(cfg.optimizer), scheduler=to_plain(cfg.get("scheduler")),
+                       config=run_config)
+        model = Supertagger(**hparams, restore=True)
+        model.load_state_dict(checkpoint["state_dict"])
+        log.info("init_from=%s: all %d tensors loaded", path, len(checkpoint["state_dict"]))
+        return model
     encoder = to_plain(cfg.encoder)
     vocabularies = build_vocabularies(encoder, [s.words for s in datamodule.corpora["train"]])
     options = datamodule.treebank_config
-    run_config = {key: value for key, value in (to_plain(cfg) or {}).items() if key != "hydra"}
     return Supertagger(
         encoder=encoder,
         vocabularies=vocabularies,
@@ -118,10 +147,11 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     from neurocrf.models.supertagger import Supertagger
 
     set_seed(cfg.get("seed"))
-    datamodule = build_datamodule(cfg)
+    source = source_checkpoint(cfg)
+    datamodule = build_datamodule(cfg, source)
     summary = datamodule.summary()
     log.info("data: %s", summary)
-    model = build_model(cfg, datamodule)
+    model = build_model(cfg, datamodule, source)
     datamodule.set_input_builder(getattr(model.encoder, "preparer", model.encoder.prepare))
 
     callbacks: list[pl.Callback] = instantiate_list(cfg.get("callbacks"), "callback")
