@@ -108,7 +108,7 @@ def test_loss_adds_the_weighted_auxiliary_cross_entropy(datamodule: SupertagData
 
 
 def test_training_learns_the_auxiliary_task_and_checkpoint_loads_weights_only(
-        tmp_path: Path, datamodule: SupertagDataModule) -> None:
+        tmp_path: Path, export_path: Path, datamodule: SupertagDataModule) -> None:
     pl.seed_everything(0)
     model = make_model(datamodule)
     trainer = pl.Trainer(max_epochs=30, logger=False, enable_checkpointing=False,
@@ -119,6 +119,18 @@ def test_training_learns_the_auxiliary_task_and_checkpoint_loads_weights_only(
     trainer.validate(model, dataloaders=datamodule.dataloader("train"), verbose=False)
     assert trainer.callback_metrics["val/function_acc"] > 0.9
     assert trainer.callback_metrics["val/supertag_acc"] > 0.9
+    with_labels = float(trainer.callback_metrics["val/supertag_acc"])
+
+    # a data module without the annotation: evaluation scores the main heads only, training refuses
+    plain = SupertagDataModule({"path": str(export_path), **EXPORT_TREEBANK}, batch_size=8)
+    plain.setup()
+    plain.set_input_builder(model.encoder.preparer)
+    trainer.validate(model, dataloaders=plain.dataloader("train"), verbose=False)
+    assert "val/function_acc" not in trainer.callback_metrics
+    assert float(trainer.callback_metrics["val/supertag_acc"]) == pytest.approx(with_labels)
+    batch = next(iter(plain.dataloader("train")))
+    with pytest.raises(ValueError, match=r"no 'function' labels .* auxiliary=\['function'\]"):
+        model.training_step(batch, 0)
 
     path = tmp_path / "model.ckpt"
     trainer.save_checkpoint(path)

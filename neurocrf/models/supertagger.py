@@ -198,6 +198,9 @@ class Supertagger(pl.LightningModule):
         gold_pt = batch["preterminals"].masked_fill(~mask, -1)
         loss = _cross_entropy(supertag_scores, gold_st) + self.pos_weight * _cross_entropy(pt_scores, gold_pt)
         for name, scores in (auxiliary_scores or {}).items():
+            if name not in batch.get("auxiliary", {}):
+                raise ValueError(f"the batch has no {name!r} labels for the auxiliary head: build the "
+                                 f"SupertagDataModule with auxiliary={sorted(self.auxiliary_heads)}")
             gold = batch["auxiliary"][name].masked_fill(~mask, -1)
             loss = loss + self.auxiliary_weights[name] * _cross_entropy(scores, gold)
         return loss
@@ -224,8 +227,9 @@ class Supertagger(pl.LightningModule):
         self._reset("test")
 
     def _reset(self, stage: str) -> None:
-        # correct supertags, preterminals, each auxiliary head's labels; tokens
-        self._counts[stage] = torch.zeros(3 + len(self.auxiliary_heads), dtype=torch.float64)
+        # correct supertags, preterminals, each auxiliary head's labels; tokens with each head's
+        # labels (batches may lack them: trainer.validate / test on a data module without them); tokens
+        self._counts[stage] = torch.zeros(3 + 2 * len(self.auxiliary_heads), dtype=torch.float64)
         self._topk[stage] = []
 
     def _parse_due(self, stage: str) -> bool:
@@ -241,13 +245,17 @@ class Supertagger(pl.LightningModule):
     def _evaluation_step(self, batch: dict[str, Any], stage: str) -> None:
         supertag_scores, pt_scores, auxiliary_scores = self._scores(batch)
         mask = batch["mask"]
+        labelled = batch.get("auxiliary", {})
+        auxiliary_scores = {name: scores for name, scores in auxiliary_scores.items() if name in labelled}
         loss = self.loss(supertag_scores, pt_scores, batch, auxiliary_scores)
         self.log(f"{stage}/loss", loss, on_epoch=True, sync_dist=True, batch_size=len(batch["tokens"]))
         pred_st = supertag_scores.argmax(-1)
         pred_pt = pt_scores.argmax(-1)
         correct = [((pred_st == batch["supertags"]) & mask).sum(), ((pred_pt == batch["preterminals"]) & mask).sum()]
-        correct += [((scores.argmax(-1) == batch["auxiliary"][name]) & mask).sum()
-                    for name, scores in auxiliary_scores.items()]
+        zero = mask.sum() * 0
+        correct += [((auxiliary_scores[name].argmax(-1) == labelled[name]) & mask).sum()
+                    if name in auxiliary_scores else zero for name in self.auxiliary_heads]
+        correct += [mask.sum() if name in auxiliary_scores else zero for name in self.auxiliary_heads]
         counts = torch.stack([*correct, mask.sum()]).double().cpu()
         if stage not in self._counts:
             self._reset(stage)
@@ -277,8 +285,11 @@ class Supertagger(pl.LightningModule):
         total = max(float(counts[-1]), 1.0)
         self.log(f"{stage}/supertag_acc", float(counts[0]) / total, sync_dist=False, prog_bar=True)
         self.log(f"{stage}/pos_acc", float(counts[1]) / total, sync_dist=False)
+        heads = len(self.auxiliary_heads)
         for offset, name in enumerate(self.auxiliary_heads):
-            self.log(f"{stage}/{name}_acc", float(counts[2 + offset]) / total, sync_dist=False)
+            labelled = float(counts[2 + heads + offset])
+            if labelled > 0:
+                self.log(f"{stage}/{name}_acc", float(counts[2 + offset]) / labelled, sync_dist=False)
         if stage == "val":
             if not self.trainer.sanity_checking:
                 self.val_acc_best = max(self.val_acc_best, float(counts[0]) / total)
