@@ -62,6 +62,7 @@ def test_configs_compose(tmp_path: Path, data_dir: Path) -> None:
     assert measured.treebank.name == "alpino" and measured.encoder.num_layers == 2
     assert (measured.encoder.word_dropout, measured.heads.dropout, measured.trainer.max_epochs) == (0.2, 0.3, 60)
     assert measured.heads.factors == ["lhs", "label", "attach", "composition", "first", "second"]
+    assert measured.heads.auxiliary == {"function": 0.5, "projection": 0.5}
     assert measured.callbacks.ema.decay == 0.999 and "model_checkpoint" in measured.callbacks
     assert compose_config("parse", tmp_path, data_dir, []).get("treebank") is None
     assert compose_config("extract", tmp_path, data_dir, []).treebank.name == "tiny"
