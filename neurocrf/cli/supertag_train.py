@@ -5,7 +5,7 @@
     neurocrf-supertag treebank=alpino encoder=transformer trainer=gpu
     neurocrf-supertag ... ckpt_path=<run>/checkpoints/last.ckpt          # resume
     neurocrf-supertag ... init_from=<run>/checkpoints/<best>.ckpt optimizer.lr=5e-4 \
-        scheduler='{name:linear}' trainer.max_epochs=15                  # fine-tune a trained model
+        scheduler='{name:linear,warmup_steps:0}' trainer.max_epochs=12   # fine-tune a trained model
 
 ``init_from`` starts a new run (epoch 0, fresh optimizer, schedule and weight average) from the
 weights of a checkpoint; the model (encoder, vocabularies, heads, auxiliary heads) is the
