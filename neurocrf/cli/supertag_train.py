@@ -37,6 +37,7 @@ from neurocrf.cli.utils import (
     log_config,
     metric_value,
     set_seed,
+    start_options,
     to_plain,
 )
 
@@ -45,9 +46,7 @@ log = logging.getLogger(__name__)
 
 def source_checkpoint(cfg: DictConfig) -> tuple[str, dict[str, Any]] | None:
     """``(path, checkpoint)`` of ``cfg.ckpt_path`` (resume) or ``cfg.init_from`` (warm start), if any."""
-    ckpt_path, init_from = cfg.get("ckpt_path"), cfg.get("init_from")
-    if ckpt_path and init_from:
-        raise ValueError("give ckpt_path (resume a run) or init_from (start a new run from its weights), not both")
+    ckpt_path, init_from = start_options(cfg)
     path = ckpt_path or init_from
     if not path:
         return None

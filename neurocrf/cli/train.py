@@ -29,6 +29,7 @@ from neurocrf.cli.utils import (
     log_config,
     metric_value,
     set_seed,
+    start_options,
     to_plain,
 )
 
@@ -41,9 +42,7 @@ def build_model(cfg: DictConfig, datamodule: Any) -> Any:
     from neurocrf.encoders import build_vocabularies
     from neurocrf.models.tagger import Tagger
 
-    ckpt_path = cfg.get("ckpt_path")
-    if ckpt_path and cfg.get("init_from"):
-        raise ValueError("give ckpt_path (resume a run) or init_from (start a new run from its weights), not both")
+    ckpt_path, init_from = start_options(cfg)
     if ckpt_path:
         checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
         hparams = dict(checkpoint["hyper_parameters"])
@@ -54,7 +53,6 @@ def build_model(cfg: DictConfig, datamodule: Any) -> Any:
             )
         return Tagger(**hparams, restore=True)
     encoder = to_plain(cfg.encoder)
-    init_from = cfg.get("init_from")
     source = _init_checkpoint(init_from, encoder, datamodule.tags) if init_from else None
     if source is not None:
         vocabularies = source["hyper_parameters"]["vocabularies"]

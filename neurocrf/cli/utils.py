@@ -73,6 +73,15 @@ def instantiate_list(cfg: DictConfig | None, kind: str) -> list[Any]:
     return objects
 
 
+def start_options(cfg: DictConfig) -> tuple[Any, Any]:
+    """``(cfg.ckpt_path, cfg.init_from)``, refusing both at once: one resumes a run, the other starts
+    a new run from a checkpoint's weights."""
+    ckpt_path, init_from = cfg.get("ckpt_path"), cfg.get("init_from")
+    if ckpt_path and init_from:
+        raise ValueError("give ckpt_path (resume a run) or init_from (start a new run from its weights), not both")
+    return ckpt_path, init_from
+
+
 def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
     """``metrics[name]`` as a float (for sweepers); None when no name is configured."""
     if not name:
