@@ -20,6 +20,7 @@ from neurocrf.cli.parse_evaluate import evaluate_predictions
 from neurocrf.cli.supertag_train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.models.supertag_data import load_treebank, read_supertag_corpus
+from neurocrf.models.supertag_cache import read_tag_file
 from neurocrf.models.supertag_head import FactoredSupertagHead
 from neurocrf.models.supertagger import Supertagger
 from neurocrf.parsing import read_treebank
@@ -195,6 +196,31 @@ def test_parse_and_evaluate_entry_points_end_to_end(tmp_path: Path, data_dir: Pa
         f"input={text_input}", f"ckpt_path=[{trained['ckpt']},{trained['ckpt']}]", "k=4", f"output={out}"]))
     assert pair["sentences"] == 10
     assert [s.tree for s in read_treebank(out)] == [s.tree for s in from_text]
+
+
+def test_saved_tags_parse_like_the_model(tmp_path: Path, data_dir: Path, trained: dict) -> None:
+    base = ["treebank=tiny", "split=train", "k=4"]
+    direct = parse(compose_config("parse", tmp_path / "d", data_dir, [*base, f"ckpt_path={trained['ckpt']}"]))
+    tags = tmp_path / "train.jsonl.gz"
+    saving = parse(compose_config("parse", tmp_path / "s", data_dir, [
+        *base, f"ckpt_path={trained['ckpt']}", f"save_tags={tags}", "save_tags_n=6"]))
+    assert saving["saved_tags"] == str(tags) and tags.is_file()
+    again = parse(compose_config("parse", tmp_path / "t", data_dir, [*base, f"tags={tags}"]))
+    pair = parse(compose_config("parse", tmp_path / "p", data_dir, [*base, f"tags=[{tags},{tags}]"]))
+    for report in (saving, again, pair):
+        for key in ("f1", "dis_f1", "coverage", "supertag_accuracy", "supertag_kbest_accuracy",
+                    "preterminal_accuracy"):
+            assert report[key] == pytest.approx(direct[key])
+    trees = [read_treebank(tmp_path / name / "parse.discbracket") for name in ("d", "s", "t", "p")]
+    assert all(t == trees[0] for t in trees[1:]) and again["tags"] == str(tags)
+    # the file holds max(save_tags_n, k, fallback_k) = 50 supertags (or all, when fewer)
+    assert read_tag_file(tags)[0]["n"] == min(50, len(Supertagger.load(trained["ckpt"]).supertags))
+    with pytest.raises(ValueError, match="not ckpt_path and tags"):
+        parse(compose_config("parse", tmp_path, data_dir, [*base, f"tags={tags}", f"ckpt_path={trained['ckpt']}"]))
+    with pytest.raises(ValueError, match="save_tags writes a model's output"):
+        parse(compose_config("parse", tmp_path, data_dir, [*base, f"tags={tags}", f"save_tags={tmp_path}/x.jsonl"]))
+    with pytest.raises(ValueError, match="holds no tags for the sentence"):
+        parse(compose_config("parse", tmp_path, data_dir, ["treebank=tiny", "split=test", f"tags={tags}"]))
 
 
 def test_fallback_k_reparses_only_noparse_sentences() -> None:

@@ -4,6 +4,8 @@
     neurocrf-parse ckpt_path=.../best.ckpt treebank=alpino split=test   # parse + evaluate
     neurocrf-parse oracle=true treebank=alpino split=test k=1           # gold supertags
     neurocrf-parse ckpt_path='[a.ckpt,b.ckpt]' treebank=alpino           # ensemble of supertaggers
+    neurocrf-parse ckpt_path=a.ckpt treebank=alpino save_tags=a.jsonl.gz # also save the tagger output
+    neurocrf-parse tags='[a.jsonl.gz,b.jsonl.gz]' treebank=alpino k=20   # parse saved output (mixed)
 
 Steps: tokens -> :meth:`Supertagger.predict_kbest` (k best supertags per token, weights
 renormalised over the k, and a preterminal) -> :class:`neurocrf.parsing.parser.Parser` ->
@@ -12,6 +14,9 @@ discbracket trees (``NOPARSE`` fallback trees where the supertags do not combine
 supertagger: an upper bound that also checks the extraction -> parsing -> restoring path.
 A list of checkpoints is an ensemble (:class:`neurocrf.models.supertag_ensemble.SupertaggerEnsemble`):
 the parser gets the k best of the members' mean supertag distribution.
+``save_tags=<file>`` writes the tagger's distributions (the ``save_tags_n`` best supertags per
+token) and ``tags=<file or list>`` parses from such files instead of a model, mixing several like
+an ensemble (:mod:`neurocrf.models.supertag_cache`): tag once, then parse at any ``k``.
 ``fallback_k=<n>`` (50 in ``configs/parse.yaml``; ``null`` is the paper's setting) parses
 sentences whose k best supertags do not combine once more with their n best.
 
@@ -256,10 +261,32 @@ def gold_split(treebank: Mapping[str, Any], split: str) -> list[TreebankSentence
     return select_split(load_treebank(treebank), split)
 
 
-def parse(cfg: DictConfig) -> dict[str, Any]:
-    """Run the parse described by ``cfg``; returns the report (with ``output`` paths)."""
+def load_tagger(cfg: DictConfig, ids: Sequence[str], words: Sequence[Sequence[str]]) -> tuple[Any, float]:
+    """The supertagger of ``cfg``: saved tag files (``tags``), or the model(s) of ``ckpt_path``.
+    With ``save_tags``, the model's distributions over ``words`` are computed once, written there
+    and parsed from; returns the tagger and the seconds that took (0 otherwise)."""
     import torch
 
+    from neurocrf.models.supertag_cache import SavedSupertags, tag_distributions, tag_file_header, write_tag_file
+    from neurocrf.models.supertag_ensemble import load_supertagger
+
+    if cfg.get("tags"):
+        return SavedSupertags.read(to_plain(cfg.tags)), 0.0
+    checkpoints = to_plain(cfg.ckpt_path)
+    model = load_supertagger(checkpoints).to(torch.device(cfg.get("device", "cpu")))
+    if not cfg.get("save_tags"):
+        return model, 0.0
+    start = time.perf_counter()
+    n = max(int(cfg.get("save_tags_n", 50)), int(cfg.get("k", 10)), int(cfg.get("fallback_k") or 0))
+    distributions = tag_distributions(model, ids, words, n=n, batch_size=int(cfg.get("batch_size", 64)))
+    header = tag_file_header(model, distributions,
+                             [checkpoints] if isinstance(checkpoints, str) else list(checkpoints))
+    path = write_tag_file(cfg.save_tags, header, distributions)
+    return SavedSupertags([header], [distributions], [str(path)]), time.perf_counter() - start
+
+
+def parse(cfg: DictConfig) -> dict[str, Any]:
+    """Run the parse described by ``cfg``; returns the report (with ``output`` paths)."""
     from neurocrf.models.supertag_data import (
         load_treebank,
         supertag_corpus,
@@ -274,10 +301,17 @@ def parse(cfg: DictConfig) -> dict[str, Any]:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     oracle = bool(cfg.get("oracle", False))
+    tag_files = to_plain(cfg.get("tags"))
     if oracle and (cfg.get("input") or options is None):
         raise ValueError("oracle=true needs gold trees: give treebank=<name> and split, not input")
-    if not oracle and not cfg.get("ckpt_path"):
-        raise ValueError("ckpt_path is required (or oracle=true)")
+    sources = [name for name, given in (("ckpt_path", cfg.get("ckpt_path")), ("tags", tag_files),
+                                        ("oracle=true", oracle)) if given]
+    if not sources:
+        raise ValueError("ckpt_path is required (or tags=<saved tag files>, or oracle=true)")
+    if len(sources) > 1:
+        raise ValueError(f"give one of ckpt_path, tags and oracle=true, not {' and '.join(sources)}")
+    if cfg.get("save_tags") and not cfg.get("ckpt_path"):
+        raise ValueError("save_tags writes a model's output: it needs ckpt_path")
     gold: list[TreebankSentence] | None = None
     if cfg.get("input"):
         ids, words = read_sentences(cfg.input)
@@ -296,20 +330,23 @@ def parse(cfg: DictConfig) -> dict[str, Any]:
                            max_items=max_items)
         report = summarize(run, gold, params=cfg.get("params"))
     else:
-        from neurocrf.models.supertag_ensemble import load_supertagger
-
-        model = load_supertagger(to_plain(cfg.ckpt_path)).to(torch.device(cfg.get("device", "cpu")))
-        run = tag_and_parse(model, ids, words, k=k, time_limit=time_limit, max_items=max_items,
+        tagger, saving_seconds = load_tagger(cfg, ids, words)
+        run = tag_and_parse(tagger, ids, words, k=k, time_limit=time_limit, max_items=max_items,
                             batch_size=int(cfg.get("batch_size", 64)), fallback_k=cfg.get("fallback_k"))
+        run.tagging_seconds += saving_seconds
         gold_tags = gold_pts = None
         if gold is not None:
-            transform = model.transform
+            transform = tagger.transform
             corpus, _ = supertag_corpus(gold, move_punctuation=bool(transform.get("move_punctuation", True)),
                                         h=int(transform.get("h", 0)), v=int(transform.get("v", 1)))
             gold_tags = [s.supertags for s in corpus]
             gold_pts = [s.preterminals for s in corpus]
         report = summarize(run, gold, params=cfg.get("params"), gold_supertags=gold_tags,
-                           gold_preterminals=gold_pts, known_supertags=model.supertags)
+                           gold_preterminals=gold_pts, known_supertags=tagger.supertags)
+        if tag_files:
+            report["tags"] = tag_files
+        if cfg.get("save_tags"):
+            report["saved_tags"] = str(cfg.save_tags)
 
     output = cfg.get("output") or str(Path(cfg.paths.output_dir) / "parse.discbracket")
     paths = write_run(run, report, output)

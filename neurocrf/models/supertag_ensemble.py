@@ -40,8 +40,8 @@ class SupertaggerEnsemble:
                 raise ValueError(f"ensemble member {position} prepared its trees with {transform}, member 1 with "
                                  f"{transforms[0]}: their supertags are not comparable")
         self.members = list(members)
-        self.supertags = _union(member.supertags for member in members)
-        self.preterminals = _union(member.preterminals for member in members)
+        self.supertags = union_labels(member.supertags for member in members)
+        self.preterminals = union_labels(member.preterminals for member in members)
         self.roots = sorted(set().union(*(member.roots for member in members)))
         supertag_ids = {tag: i for i, tag in enumerate(self.supertags)}
         preterminal_ids = {tag: i for i, tag in enumerate(self.preterminals)}
@@ -95,7 +95,8 @@ def load_supertagger(paths: str | Path | Sequence[str | Path],
     return SupertaggerEnsemble.load(paths, map_location=map_location)
 
 
-def _union(label_lists: Iterable[Sequence[str]]) -> list[str]:
+def union_labels(label_lists: Iterable[Sequence[str]]) -> list[str]:
+    """The labels of all lists, in order of first appearance."""
     seen: dict[str, None] = {}
     for labels in label_lists:
         seen.update(dict.fromkeys(labels))
