@@ -223,6 +223,31 @@ def test_saved_tags_parse_like_the_model(tmp_path: Path, data_dir: Path, trained
         parse(compose_config("parse", tmp_path, data_dir, ["treebank=tiny", "split=test", f"tags={tags}"]))
 
 
+def test_select_ensemble_script_chooses_on_dev_and_scores_test(tmp_path: Path, data_dir: Path,
+                                                                trained: dict) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from select_ensemble import main as select_ensemble
+
+    files = {}
+    for split in ("dev", "test"):
+        files[split] = tmp_path / f"{split}.jsonl"
+        parse(compose_config("parse", tmp_path / split, data_dir, [
+            "treebank=tiny", f"split={split}", f"ckpt_path={trained['ckpt']}", f"save_tags={files[split]}"]))
+    direct = parse(compose_config("parse", tmp_path / "direct", data_dir, [
+        "treebank=tiny", "split=test", f"ckpt_path={trained['ckpt']}", "k=2", "fallback_k=null"]))
+    out = tmp_path / "table.md"
+    assert select_ensemble(["--treebank", "tiny", "--data-dir", str(data_dir), "--k", "2", "3", "--out", str(out),
+                            "--member", "a", str(files["dev"]), str(files["test"]),
+                            "--member", "b", str(files["dev"]), str(files["test"])]) == 0
+    rows = [line.split(" | ") for line in out.read_text().splitlines() if line.startswith("| ")][1:]
+    assert [r[0] for r in rows] == ["| a", "| b", "| all 2", "| all 2", "| **chosen on dev: a**"]
+    # a model with itself adds nothing: the greedy choice stops at one member; test scores are the
+    # model's (the tiny model parses few held-out sentences: coverage and tag accuracy tell more than F1)
+    for column, key in ((3, "f1"), (5, "coverage"), (6, "supertag_accuracy")):
+        assert rows[0][column] == rows[1][column] == rows[2][column] == f"{100 * direct[key]:.2f}"
+    assert 0 < direct["coverage"] < 1 and 0 < direct["supertag_accuracy"] < 1
+
+
 def test_fallback_k_reparses_only_noparse_sentences() -> None:
     from neurocrf.cli.parse import summarize, tag_and_parse
     from neurocrf.models.supertagger import KBestTags
