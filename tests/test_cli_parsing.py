@@ -136,6 +136,25 @@ def test_training_with_a_factored_head_and_a_weight_average(tmp_path: Path, data
     assert torch.equal(model.supertag_head.own.weight, averaged["supertag_head.own.weight"])
 
 
+def test_distillation_trains_a_student_from_saved_teacher_tags(tmp_path: Path, data_dir: Path,
+                                                                trained: dict) -> None:
+    teacher = tmp_path / "teacher.train.jsonl.gz"
+    parse(compose_config("parse", tmp_path / "tag", data_dir, [
+        "treebank=tiny", "split=train", f"ckpt_path={trained['ckpt']}", f"save_tags={teacher}", "save_tags_n=8"]))
+    # weight 1: the student sees no gold supertag, only the teacher's distributions
+    cfg = compose_config("supertag", tmp_path / "student", data_dir, [
+        *TINY, *QUIET, f"data.teacher={teacher}", "heads.distill=1.0", "trainer.max_epochs=30",
+        "callbacks.model_checkpoint.monitor=null", "~callbacks.early_stopping", "final_parse.splits=[train]",
+        "parsing.k=4"])
+    metrics, objects = train(cfg)
+    assert metrics["parse_train/supertag_accuracy"] > 0.9 and metrics["parse_train/f1"] > 0.8
+    model = Supertagger.load(objects["ckpt_path"])
+    assert model.distill == 1.0 and model.hparams["config"]["data"]["teacher"] == str(teacher)
+    for options in ([f"data.teacher={teacher}"], ["heads.distill=0.5"]):
+        with pytest.raises(ValueError, match="needs both heads.distill"):
+            train(compose_config("supertag", tmp_path / "bad", data_dir, [*TINY, *QUIET, *options]))
+
+
 def test_init_from_starts_a_new_run_from_a_trained_model(tmp_path: Path, data_dir: Path, trained: dict) -> None:
     source = torch.load(trained["ckpt"], map_location="cpu", weights_only=True)
     cfg = compose_config("supertag", tmp_path, data_dir, [

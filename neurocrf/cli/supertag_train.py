@@ -62,6 +62,10 @@ def build_datamodule(cfg: DictConfig, source: tuple[str, dict[str, Any]] | None 
     data.setdefault("seed", cfg.get("seed") or 0)
     heads = source[1]["hyper_parameters"]["heads"] if source else to_plain(cfg.get("heads"))
     data["auxiliary"] = list((heads or {}).get("auxiliary") or {})
+    if bool(data.get("teacher")) != bool((heads or {}).get("distill")):
+        raise ValueError("knowledge distillation needs both heads.distill (its weight, > 0) and data.teacher "
+                         f"(the teacher's tag files); got heads.distill={(heads or {}).get('distill')} "
+                         f"and data.teacher={data.get('teacher')}")
     datamodule = SupertagDataModule(treebank=to_plain(cfg.treebank), **data)
     datamodule.setup("fit")
     return datamodule

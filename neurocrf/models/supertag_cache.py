@@ -199,6 +199,13 @@ class SavedSupertags:
         read = [read_tag_file(path) for path in paths]
         return cls([h for h, _ in read], [s for _, s in read], [str(p) for p in paths])
 
+    @property
+    def max_k(self) -> int:
+        """The largest ``k`` the files answer: the smallest ``n`` a member saved, unless it saved
+        all its supertags."""
+        partial = [h["n"] for h in self._headers if h["n"] < len(h["supertags"])]
+        return min(partial) if partial else len(self.supertags)
+
     def predict_kbest(self, sentences: Sequence[Sequence[str] | str], k: int = 10,
                       batch_size: int = 64) -> list[KBestTags]:
         """As :meth:`~neurocrf.models.supertagger.Supertagger.predict_kbest`, from the saved

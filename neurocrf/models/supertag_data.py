@@ -29,6 +29,7 @@ with a blank line after each sentence (supertags contain spaces, never tabs).
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -260,6 +261,37 @@ def read_supertag_corpus(path: str | Path) -> list[SupertagSentence]:
             for i, r in enumerate(rows)]
 
 
+def teacher_distributions(paths: Sequence[str], corpus: Sequence[SupertagSentence],
+                          supertags: Sequence[str]) -> list[tuple[Tensor, Tensor]]:
+    """A teacher's supertag distributions over ``corpus``, for knowledge distillation.
+
+    ``paths``: tag files (:mod:`neurocrf.models.supertag_cache`) holding every sentence of
+    ``corpus``; several are mixed like an ensemble. Per sentence: ids into ``supertags`` ``[T, n]``
+    and their probabilities ``[T, n]`` (the teacher's ``n`` best, tags the student does not have
+    dropped, renormalised to sum to 1; padding id -1, probability 0)."""
+    from neurocrf.models.supertag_cache import SavedSupertags
+
+    teacher = SavedSupertags.read(list(paths))
+    n = teacher.max_k
+    index = {tag: i for i, tag in enumerate(supertags)}
+    try:
+        kbest = teacher.predict_kbest([s.words for s in corpus], k=n)
+    except ValueError as error:
+        raise ValueError(f"teacher tags (data.teacher): {error}") from None
+    out = []
+    for tags in kbest:
+        ids = torch.full((len(tags.tokens), n), -1, dtype=torch.long)
+        probs = torch.zeros(len(tags.tokens), n)
+        for token, candidates in enumerate(tags.candidates):
+            kept = [(index[t], math.exp(-w)) for t, w in candidates if t in index]
+            total = sum(p for _, p in kept)
+            for j, (tag_id, p) in enumerate(kept):
+                ids[token, j] = tag_id
+                probs[token, j] = p / total
+        out.append((ids, probs))
+    return out
+
+
 # ---------------------------------------------------------------------------- data module
 
 class SupertagDataModule(pl.LightningDataModule):
@@ -276,12 +308,14 @@ class SupertagDataModule(pl.LightningDataModule):
     LongTensor ``[B, T]`` (-1 for padding and unknown labels), ``auxiliary`` (name -> LongTensor
     ``[B, T]``, the same way), ``mask`` BoolTensor ``[B, T]``, ``index`` LongTensor ``[B]``
     (position in the split), ``inputs`` (the input builder's tensors, see
-    :meth:`set_input_builder`).
+    :meth:`set_input_builder`); training batches also ``teacher_ids`` LongTensor ``[B, T, n]``
+    and ``teacher_probs`` FloatTensor ``[B, T, n]`` when ``teacher`` names saved tag files of the
+    training split (:func:`teacher_distributions`; knowledge distillation, ``heads.distill``).
     """
 
     def __init__(self, treebank: Mapping[str, Any], batch_size: int = 32, eval_batch_size: int = 64,
                  num_workers: int = 0, seed: int = 0, bucket: bool = True,
-                 auxiliary: Sequence[str] = ()) -> None:
+                 auxiliary: Sequence[str] = (), teacher: str | Sequence[str] | None = None) -> None:
         super().__init__()
         self.treebank_config = treebank_options(treebank)
         self.batch_size = int(batch_size)
@@ -291,6 +325,8 @@ class SupertagDataModule(pl.LightningDataModule):
         self.bucket = bool(bucket)
         self.auxiliary = list(auxiliary)
         self.auxiliary_labels: dict[str, list[str]] = {}
+        self.teacher = [teacher] if isinstance(teacher, str) else list(teacher or [])
+        self.teacher_train: list[tuple[Tensor, Tensor]] | None = None
         self.treebanks: dict[str, list[TreebankSentence]] = {}
         self.corpora: dict[str, list[SupertagSentence]] = {}
         self.supertags: list[str] = []
@@ -326,6 +362,8 @@ class SupertagDataModule(pl.LightningDataModule):
                             f"(it has: {sorted(s.annotations) or 'none'}; format {options['format']})")
             self.auxiliary_labels[name] = _by_frequency(a for s in self.corpora["train"]
                                                         for a in s.annotations[name])
+        if self.teacher:
+            self.teacher_train = teacher_distributions(self.teacher, self.corpora["train"], self.supertags)
 
     def summary(self) -> dict[str, Any]:
         """Sentences per split and label counts (plain values)."""
@@ -357,7 +395,7 @@ class SupertagDataModule(pl.LightningDataModule):
         if split not in self.corpora:
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS} (call setup first)")
         collate = SupertagCollator(self.supertags, self.preterminals, self.input_builder,
-                                   self.auxiliary_labels)
+                                   self.auxiliary_labels, self.teacher_train if split == "train" else None)
         corpus = self.corpora[split]
         dataset = _Indexed(corpus)
         if shuffle:
@@ -424,12 +462,14 @@ class SupertagCollator:
 
     def __init__(self, supertags: Sequence[str], preterminals: Sequence[str],
                  input_builder: Callable[[list[list[str]]], dict[str, Tensor]] | None,
-                 auxiliary_labels: Mapping[str, Sequence[str]] | None = None) -> None:
+                 auxiliary_labels: Mapping[str, Sequence[str]] | None = None,
+                 teacher: Sequence[tuple[Tensor, Tensor]] | None = None) -> None:
         self.supertag_ids = {t: i for i, t in enumerate(supertags)}
         self.preterminal_ids = {p: i for i, p in enumerate(preterminals)}
         self.auxiliary_ids = {name: {a: i for i, a in enumerate(labels)}
                               for name, labels in (auxiliary_labels or {}).items()}
         self.input_builder = input_builder
+        self.teacher = teacher  # per sentence of the split: ([T, n] ids, [T, n] probabilities)
 
     def __call__(self, items: Sequence[tuple[int, SupertagSentence]]) -> dict[str, Any]:
         index = [i for i, _ in items]
@@ -450,7 +490,7 @@ class SupertagCollator:
                 auxiliary[name][b, :n] = torch.tensor([ids.get(a, -1) for a in s.annotations[name]],
                                                       dtype=torch.long)
         tokens = [list(s.words) for s in sentences]
-        return {
+        out = {
             "tokens": tokens,
             "supertags": supertags,
             "preterminals": preterminals,
@@ -459,3 +499,12 @@ class SupertagCollator:
             "index": torch.tensor(list(index), dtype=torch.long),
             "inputs": self.input_builder(tokens) if self.input_builder is not None else {},
         }
+        if self.teacher is not None:
+            n = self.teacher[0][0].shape[1] if self.teacher else 1
+            out["teacher_ids"] = torch.full((batch, width, n), -1, dtype=torch.long)
+            out["teacher_probs"] = torch.zeros(batch, width, n)
+            for b, i in enumerate(index):
+                ids, probs = self.teacher[i]
+                out["teacher_ids"][b, :ids.shape[0]] = ids
+                out["teacher_probs"][b, :probs.shape[0]] = probs
+        return out

@@ -8,7 +8,10 @@
 
 Loss: the sum of the token-level cross-entropies (each averaged over the tokens of the batch);
 the preterminal one weighted by ``heads.pos_weight``, each *auxiliary* one by its weight in
-``heads.auxiliary``. Auxiliary heads (multi-task learning) predict per-token annotations of the
+``heads.auxiliary``. With ``heads.distill = w > 0`` (knowledge distillation, Hinton et al. 2015)
+the supertag term is ``(1 - w)`` times the cross-entropy against the gold supertag plus ``w``
+times the cross-entropy against a teacher's distribution (saved tags of the training split from
+a model or an ensemble, ``data.teacher``; validation scores the gold term only). Auxiliary heads (multi-task learning) predict per-token annotations of the
 treebank that the supertags do not hold, such as the grammatical function (``function``) or the
 function of the phrase a word heads (``projection``; :data:`neurocrf.parsing.tree.ANNOTATIONS`);
 they shape the shared encoder during training and are not used for parsing.
@@ -92,7 +95,8 @@ class Supertagger(pl.LightningModule):
         heads: ``dropout`` before the projections (default 0.2), ``pos_weight`` of the
             preterminal loss (default 1.0), ``factors``: supertag parts whose output vectors are
             shared (:mod:`neurocrf.models.supertag_head`; default none, a plain linear head),
-            ``auxiliary``: annotation name -> loss weight of an auxiliary head (default none).
+            ``auxiliary``: annotation name -> loss weight of an auxiliary head (default none),
+            ``distill``: weight of the teacher's distribution in the supertag loss (default 0).
         auxiliary_labels: annotation name -> its labels (ids index them), one entry per name in
             ``heads.auxiliary`` (from :attr:`SupertagDataModule.auxiliary_labels`).
         parsing: parser settings, see :data:`PARSING_DEFAULTS`.
@@ -149,6 +153,9 @@ class Supertagger(pl.LightningModule):
         self.scheduler_config: dict[str, Any] | None = hparams["scheduler"]
         heads = hparams["heads"]
         self.pos_weight = float(heads.get("pos_weight", 1.0))
+        self.distill = float(heads.get("distill") or 0.0)
+        if not 0.0 <= self.distill <= 1.0:
+            raise ValueError(f"heads.distill must be in [0, 1], got {self.distill}")
         self.auxiliary_weights: dict[str, float] = {name: float(w) for name, w in
                                                     (heads.get("auxiliary") or {}).items()}
         self.auxiliary_labels: dict[str, list[str]] = hparams["auxiliary_labels"]
@@ -196,7 +203,14 @@ class Supertagger(pl.LightningModule):
         mask = batch["mask"]
         gold_st = batch["supertags"].masked_fill(~mask, -1)
         gold_pt = batch["preterminals"].masked_fill(~mask, -1)
-        loss = _cross_entropy(supertag_scores, gold_st) + self.pos_weight * _cross_entropy(pt_scores, gold_pt)
+        supertag_loss = _cross_entropy(supertag_scores, gold_st)
+        if self.distill > 0 and "teacher_ids" in batch:
+            soft = _soft_cross_entropy(supertag_scores, batch["teacher_ids"], batch["teacher_probs"], mask)
+            supertag_loss = (1.0 - self.distill) * supertag_loss + self.distill * soft
+        elif self.distill > 0 and self.training:
+            raise ValueError("heads.distill needs the teacher's supertag distributions in the training batches: "
+                             "set data.teacher=<tag file(s) of the training split>")
+        loss = supertag_loss + self.pos_weight * _cross_entropy(pt_scores, gold_pt)
         for name, scores in (auxiliary_scores or {}).items():
             if name not in batch.get("auxiliary", {}):
                 raise ValueError(f"the batch has no {name!r} labels for the auxiliary head: build the "
@@ -417,6 +431,16 @@ def predict_kbest(tagger: Any, sentences: Sequence[Sequence[str] | str], k: int,
                 supertag_probs=[math.exp(lp) for lp in top_lp[b, :n, 0].tolist()],
             )
     return results
+
+
+def _soft_cross_entropy(scores: Tensor, teacher_ids: Tensor, teacher_probs: Tensor, mask: Tensor) -> Tensor:
+    """Mean over the tokens of ``mask`` of ``-sum_j q_j log p(teacher_ids_j)``: the cross-entropy of
+    the student's distribution (``scores`` ``[B, T, S]``) against the teacher's ``[B, T, n]``."""
+    if not bool(mask.any()):
+        return scores.sum() * 0.0
+    log_probs = scores.float().log_softmax(-1).gather(-1, teacher_ids.clamp(min=0))  # [B, T, n]
+    per_token = -(teacher_probs * log_probs).sum(-1)  # padding ids have probability 0
+    return per_token[mask].mean()
 
 
 def _cross_entropy(scores: Tensor, gold: Tensor) -> Tensor:
