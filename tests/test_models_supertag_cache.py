@@ -96,11 +96,18 @@ def test_round_trip_keeps_every_value(tmp_path: Path, datamodule: SupertagDataMo
     write_tag_file(tmp_path / "t.jsonl", header, distributions)
     header_again, again = read_tag_file(tmp_path / "t.jsonl")
     assert header_again == header and header["n"] == len(model.supertags)
-    assert again == distributions
+    assert [(d.id, d.words) for d in again] == [(d.id, d.words) for d in distributions]
+    for a, b in zip(again, distributions):
+        assert torch.equal(a.supertags, b.supertags) and torch.equal(a.preterminals, b.preterminals)
+        # log-probabilities are written to 6 decimals
+        assert torch.allclose(a.supertag_log_probs, b.supertag_log_probs, atol=6e-7, rtol=0)
+        assert torch.allclose(a.preterminal_log_probs, b.preterminal_log_probs, atol=6e-7, rtol=0)
     # each row is the model's sorted distribution
-    log_probs = model.batch_log_probs([sentences[0]])[0][0]
-    assert distributions[0].supertag_log_probs[0] == pytest.approx(sorted(log_probs[0].tolist(), reverse=True),
-                                                                   abs=1e-6)
+    log_probs, pt_log_probs = (t[0] for t in model.batch_log_probs([sentences[0]]))
+    assert distributions[0].supertag_log_probs[0].tolist() == pytest.approx(
+        sorted(log_probs[0].tolist(), reverse=True), abs=1e-6)
+    assert distributions[0].preterminal_log_probs[1].tolist() == pytest.approx(
+        sorted(pt_log_probs[1].tolist(), reverse=True), abs=1e-6)
 
 
 def test_several_files_mix_like_an_ensemble(tmp_path: Path, datamodule: SupertagDataModule) -> None:
@@ -122,8 +129,9 @@ def _file(supertags: list[str], rows: list[list[tuple[int, float]]], transform: 
               "preterminals": ["P", "Q"], "roots": ["S"], "transform": transform or {"h": 0, "v": 1},
               "n": max(len(r) for r in rows), "sources": []}
     entry = TagDistribution("1", [f"w{i}" for i in range(len(rows))],
-                            [[i for i, _ in r] for r in rows], [[math.log(p) for _, p in r] for r in rows],
-                            [[0, 1]] * len(rows), [[math.log(0.6), math.log(0.4)]] * len(rows))
+                            torch.tensor([[i for i, _ in r] for r in rows]),
+                            torch.tensor([[math.log(p) for _, p in r] for r in rows]),
+                            torch.tensor([[0, 1]] * len(rows)), torch.tensor([[math.log(0.6), math.log(0.4)]] * len(rows)))
     return header, [entry]
 
 
@@ -135,7 +143,8 @@ def test_truncated_members_count_unsaved_tags_as_zero() -> None:
     kbest = mixed.predict_kbest([["w0"]], k=2)[0]
     # means: A (0.5 + 0.2) / 2 = 0.35, C 0.3, B 0.15; the two best renormalised over 0.65
     assert [t for t, _ in kbest.candidates[0]] == ["A", "C"]
-    assert [w for _, w in kbest.candidates[0]] == pytest.approx([-math.log(0.35 / 0.65), -math.log(0.3 / 0.65)])
+    assert [w for _, w in kbest.candidates[0]] == pytest.approx([-math.log(0.35 / 0.65), -math.log(0.3 / 0.65)],
+                                                                rel=1e-6)
     assert kbest.supertag_probs == pytest.approx([0.35]) and kbest.preterminals == ["P"]
     assert mixed.supertags == ["A", "B", "C"]
     with pytest.raises(ValueError, match="k = 3 but one holds only the 2 best"):
@@ -154,9 +163,14 @@ def test_bad_files_name_file_and_line(tmp_path: Path) -> None:
         "json": (json.dumps(header) + "\n" + good + "\n{oops\n", r"json.jsonl:3: not a JSON line"),
         "keys": (json.dumps(header) + '\n{"id": "1"}\n', r"keys.jsonl:2: a sentence line needs the keys"),
         "range": (json.dumps(header) + "\n" + good.replace("[[0, 1]]", "[[0, 7]]") + "\n",
-                  r"range.jsonl:2: token 0: a supertags id outside the header's 2 labels"),
+                  r"range.jsonl:2: a supertags id outside the header's 2 labels"),
         "rows": (json.dumps(header) + "\n" + good.replace('["w0"]', '["w0", "w1"]') + "\n",
                  r"rows.jsonl:2: 2 words but 1 rows of supertags"),
+        "ragged": (json.dumps(header) + "\n" + good.replace('"supertags": [[0, 1]], "supertag_log_probs": [[-0.7, -0.7]]',
+                                                             '"supertags": [[0, 1], [0]], "supertag_log_probs": [[-0.7, -0.7], [0.0]]')
+                   .replace('["w0"]', '["w0", "w1"]').replace('[[0]], "preterminal_log_probs": [[0.0]]',
+                                                             '[[0], [0]], "preterminal_log_probs": [[0.0], [0.0]]') + "\n",
+                   r"ragged.jsonl:2: token 1: 1 supertags ids and 1 log-probabilities \(token 0 has 2\)"),
         "empty": ("", r"empty.jsonl: empty file"),
     }
     for name, (text, message) in cases.items():

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
+from torch import Tensor
 
 from neurocrf.models.supertag_ensemble import union_labels
 from neurocrf.models.supertagger import KBestTags
@@ -45,17 +46,22 @@ FORMAT = "neurocrf-supertag-distributions"
 VERSION = 1
 
 
-@dataclass
+@dataclass(eq=False)
 class TagDistribution:
     """The saved output for one sentence: per token, label ids (best first) and their
-    log-probabilities, for supertags (``[T][n]``) and preterminals (``[T][m]``)."""
+    log-probabilities, for supertags (``[T, n]``) and preterminals (``[T, P]``)."""
 
     id: str
     words: list[str]
-    supertags: list[list[int]]
-    supertag_log_probs: list[list[float]]
-    preterminals: list[list[int]]
-    preterminal_log_probs: list[list[float]]
+    supertags: Tensor  # [T, n] long
+    supertag_log_probs: Tensor  # [T, n] float
+    preterminals: Tensor  # [T, P] long
+    preterminal_log_probs: Tensor  # [T, P] float
+
+    @classmethod
+    def empty(cls, sentence_id: str, words: Sequence[str]) -> TagDistribution:
+        none = torch.zeros(0, 0)
+        return cls(sentence_id, list(words), none.long(), none, none.long(), none)
 
 
 @torch.no_grad()
@@ -64,25 +70,22 @@ def tag_distributions(tagger: Any, ids: Sequence[str], sentences: Sequence[Seque
     """The ``n`` best supertags and all preterminals of every token, with log-probabilities,
     from anything with ``batch_log_probs``, ``supertags`` and ``preterminals`` (a
     :class:`~neurocrf.models.supertagger.Supertagger` or an ensemble). One entry per sentence, in
-    input order; an empty sentence gets empty lists."""
+    input order; an empty sentence gets ``[0, 0]`` tensors."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     n = min(n, len(tagger.supertags))
-    m = len(tagger.preterminals)
-    out = [TagDistribution(str(i), list(w), [], [], [], []) for i, w in zip(ids, sentences)]
+    out = [TagDistribution.empty(str(i), w) for i, w in zip(ids, sentences)]
     order = sorted((i for i, w in enumerate(sentences) if w), key=lambda i: len(sentences[i]))
     for begin in range(0, len(order), batch_size):
         chunk = order[begin:begin + batch_size]
         log_probs, pt_log_probs = tagger.batch_log_probs([list(sentences[i]) for i in chunk])
         top_lp, top_ids = (t.cpu() for t in log_probs.topk(n, dim=-1))  # [B, T, n]
-        pt_lp, pt_ids = (t.cpu() for t in pt_log_probs.topk(m, dim=-1))  # [B, T, P], sorted
+        pt_lp, pt_ids = (t.cpu() for t in pt_log_probs.sort(dim=-1, descending=True))  # [B, T, P]
         for b, i in enumerate(chunk):
             length = len(sentences[i])
-            entry = out[i]
-            entry.supertags = top_ids[b, :length].tolist()
-            entry.supertag_log_probs = top_lp[b, :length].tolist()
-            entry.preterminals = pt_ids[b, :length].tolist()
-            entry.preterminal_log_probs = pt_lp[b, :length].tolist()
+            out[i] = TagDistribution(out[i].id, out[i].words, top_ids[b, :length].clone(),
+                                     top_lp[b, :length].clone(), pt_ids[b, :length].clone(),
+                                     pt_lp[b, :length].clone())
     return out
 
 
@@ -107,12 +110,17 @@ def write_tag_file(path: str | Path, header: dict[str, Any], distributions: Sequ
     with _open(path, "w") as handle:
         handle.write(json.dumps(header, ensure_ascii=False) + "\n")
         for d in distributions:
-            handle.write(json.dumps({"id": d.id, "words": d.words, "supertags": d.supertags,
-                                     "supertag_log_probs": d.supertag_log_probs,
-                                     "preterminals": d.preterminals,
-                                     "preterminal_log_probs": d.preterminal_log_probs},
+            handle.write(json.dumps({"id": d.id, "words": d.words, "supertags": d.supertags.tolist(),
+                                     "supertag_log_probs": _rounded(d.supertag_log_probs),
+                                     "preterminals": d.preterminals.tolist(),
+                                     "preterminal_log_probs": _rounded(d.preterminal_log_probs)},
                                     ensure_ascii=False) + "\n")
     return path
+
+
+def _rounded(log_probs: Tensor) -> list[list[float]]:
+    """Log-probabilities to 6 decimals (a relative error of 1e-6 in the probabilities; -inf kept)."""
+    return [[round(lp, 6) if lp > -math.inf else -1e30 for lp in row] for row in log_probs.tolist()]
 
 
 def read_tag_file(path: str | Path) -> tuple[dict[str, Any], list[TagDistribution]]:
@@ -147,20 +155,26 @@ def _sentence(record: Any, header: dict[str, Any], where: str) -> TagDistributio
     keys = ("id", "words", "supertags", "supertag_log_probs", "preterminals", "preterminal_log_probs")
     if not isinstance(record, dict) or any(key not in record for key in keys):
         raise ValueError(f"{where}: a sentence line needs the keys {list(keys)}")
-    entry = TagDistribution(*(record[key] for key in keys))
-    length = len(entry.words)
+    sentence_id, words = str(record["id"]), list(record["words"])
+    if not words:
+        return TagDistribution.empty(sentence_id, words)
+    tensors = []
     for ids_key, lp_key, labels in (("supertags", "supertag_log_probs", header["supertags"]),
                                     ("preterminals", "preterminal_log_probs", header["preterminals"])):
-        ids, lps = getattr(entry, ids_key), getattr(entry, lp_key)
-        if len(ids) != length or len(lps) != length:
-            raise ValueError(f"{where}: {len(entry.words)} words but {len(ids)} rows of {ids_key} and "
+        ids, lps = record[ids_key], record[lp_key]
+        if len(ids) != len(words) or len(lps) != len(words):
+            raise ValueError(f"{where}: {len(words)} words but {len(ids)} rows of {ids_key} and "
                              f"{len(lps)} of {lp_key}")
+        width = len(ids[0])
         for token, (row, row_lp) in enumerate(zip(ids, lps)):
-            if not row or len(row) != len(row_lp):
-                raise ValueError(f"{where}: token {token}: {len(row)} {ids_key} ids, {len(row_lp)} log-probabilities")
-            if any(not 0 <= i < len(labels) for i in row):
-                raise ValueError(f"{where}: token {token}: a {ids_key} id outside the header's {len(labels)} labels")
-    return entry
+            if not row or len(row) != width or len(row_lp) != width:
+                raise ValueError(f"{where}: token {token}: {len(row)} {ids_key} ids and {len(row_lp)} "
+                                 f"log-probabilities (token 0 has {width})")
+        id_tensor = torch.tensor(ids, dtype=torch.long)
+        if bool(((id_tensor < 0) | (id_tensor >= len(labels))).any()):
+            raise ValueError(f"{where}: a {ids_key} id outside the header's {len(labels)} labels")
+        tensors += [id_tensor, torch.tensor(lps, dtype=torch.float)]
+    return TagDistribution(sentence_id, words, *tensors)
 
 
 class SavedSupertags:
@@ -189,8 +203,9 @@ class SavedSupertags:
         self._members = [{tuple(s.words): s for s in sentences} for sentences in members]
         supertag_ids = {tag: i for i, tag in enumerate(self.supertags)}
         preterminal_ids = {tag: i for i, tag in enumerate(self.preterminals)}
-        self._supertag_maps = [[supertag_ids[t] for t in h["supertags"]] for h in headers]
-        self._preterminal_maps = [[preterminal_ids[t] for t in h["preterminals"]] for h in headers]
+        # member label id -> label id of the union
+        self._supertag_maps = [torch.tensor([supertag_ids[t] for t in h["supertags"]]) for h in headers]
+        self._preterminal_maps = [torch.tensor([preterminal_ids[t] for t in h["preterminals"]]) for h in headers]
 
     @classmethod
     def read(cls, paths: str | Path | Sequence[str | Path]) -> SavedSupertags:
@@ -232,29 +247,25 @@ class SavedSupertags:
         return out
 
     def _kbest(self, words: list[str], entries: Sequence[TagDistribution], k: int) -> KBestTags:
-        candidates, preterminals, best_probs = [], [], []
-        for token in range(len(words)):
-            supertag = _mean([(self._supertag_maps[j], e.supertags[token], e.supertag_log_probs[token])
-                              for j, e in enumerate(entries)])
+        supertag_probs = self._mean([(self._supertag_maps[j], e.supertags, e.supertag_log_probs)
+                                     for j, e in enumerate(entries)], len(self.supertags))
+        top_p, top_ids = supertag_probs.topk(min(k, supertag_probs.shape[1]), dim=-1)  # [T, k]
+        candidates = []
+        for row_p, row_ids in zip(top_p.tolist(), top_ids.tolist()):
             # a probability that underflowed to 0 cannot be weighted; the best one never does
-            top = [item for item in sorted(supertag.items(), key=lambda item: (-item[1], item[0]))[:k]
-                   if item[1] > 0.0]
-            total = sum(p for _, p in top)
-            candidates.append([(self.supertags[i], math.log(total) - math.log(p)) for i, p in top])
-            best_probs.append(top[0][1])
-            pt = _mean([(self._preterminal_maps[j], e.preterminals[token], e.preterminal_log_probs[token])
-                        for j, e in enumerate(entries)])
-            preterminals.append(self.preterminals[min(pt, key=lambda i: (-pt[i], i))])
-        return KBestTags(words, candidates, preterminals, best_probs)
+            kept = [(i, p) for i, p in zip(row_ids, row_p) if p > 0.0]
+            log_total = math.log(sum(p for _, p in kept))
+            candidates.append([(self.supertags[i], log_total - math.log(p)) for i, p in kept])
+        preterminal_probs = self._mean([(self._preterminal_maps[j], e.preterminals, e.preterminal_log_probs)
+                                        for j, e in enumerate(entries)], len(self.preterminals))
+        preterminals = [self.preterminals[i] for i in preterminal_probs.argmax(-1).tolist()]
+        return KBestTags(words, candidates, preterminals, top_p[:, 0].tolist())
 
-
-def _mean(rows: Sequence[tuple[list[int], list[int], list[float]]]) -> dict[int, float]:
-    """Mean probability per label over the members' ``(label map, ids, log-probs)`` rows."""
-    total: dict[int, float] = {}
-    for mapping, ids, log_probs in rows:
-        for i, lp in zip(ids, log_probs):
-            label = mapping[i]
-            total[label] = total.get(label, 0.0) + math.exp(lp)
-    count = len(rows)
-    return {label: p / count for label, p in total.items()}
-
+    @staticmethod
+    def _mean(rows: Sequence[tuple[Tensor, Tensor, Tensor]], labels: int) -> Tensor:
+        """``[T, labels]``: the mean probability over the members' ``(label map, [T, n] ids,
+        [T, n] log-probs)`` (float64, so that one member's probabilities come back unchanged)."""
+        total = torch.zeros(rows[0][1].shape[0], labels, dtype=torch.float64)
+        for mapping, ids, log_probs in rows:
+            total.scatter_add_(1, mapping[ids], log_probs.double().exp())
+        return total / len(rows)
