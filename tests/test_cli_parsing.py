@@ -252,8 +252,9 @@ def test_select_ensemble_script_chooses_on_dev_and_scores_test(tmp_path: Path, d
         files[split] = tmp_path / f"{split}.jsonl"
         parse(compose_config("parse", tmp_path / split, data_dir, [
             "treebank=tiny", f"split={split}", f"ckpt_path={trained['ckpt']}", f"save_tags={files[split]}"]))
-    direct = parse(compose_config("parse", tmp_path / "direct", data_dir, [
-        "treebank=tiny", "split=test", f"ckpt_path={trained['ckpt']}", "k=2", "fallback_k=null"]))
+    direct = {k: parse(compose_config("parse", tmp_path / f"direct{k}", data_dir, [
+        "treebank=tiny", "split=test", f"ckpt_path={trained['ckpt']}", f"k={k}", "fallback_k=null"]))
+        for k in (2, 3)}
     out = tmp_path / "table.md"
     assert select_ensemble(["--treebank", "tiny", "--data-dir", str(data_dir), "--k", "2", "3", "--out", str(out),
                             "--member", "a", str(files["dev"]), str(files["test"]),
@@ -263,8 +264,16 @@ def test_select_ensemble_script_chooses_on_dev_and_scores_test(tmp_path: Path, d
     # a model with itself adds nothing: the greedy choice stops at one member; test scores are the
     # model's (the tiny model parses few held-out sentences: coverage and tag accuracy tell more than F1)
     for column, key in ((3, "f1"), (5, "coverage"), (6, "supertag_accuracy")):
-        assert rows[0][column] == rows[1][column] == rows[2][column] == f"{100 * direct[key]:.2f}"
-    assert 0 < direct["coverage"] < 1 and 0 < direct["supertag_accuracy"] < 1
+        assert rows[0][column] == rows[1][column] == f"{100 * direct[2][key]:.2f}"
+    assert 0 < direct[2]["coverage"] < 1 and 0 < direct[2]["supertag_accuracy"] < 1
+    # all members: dev at both k, test only at the k with the best dev F1 (the first on a tie)
+    all_rows = rows[2:4]
+    scored = [r for r in all_rows if r[3] != "-"]
+    assert len(scored) == 1 and float(scored[0][2]) == max(float(r[2]) for r in all_rows)
+    assert scored[0] is next(r for r in all_rows if r[2] == scored[0][2])
+    k = int(scored[0][1])
+    for column, key in ((3, "f1"), (5, "coverage"), (6, "supertag_accuracy")):
+        assert scored[0][column] == f"{100 * direct[k][key]:.2f}"
 
 
 def test_fallback_k_reparses_only_noparse_sentences() -> None:
