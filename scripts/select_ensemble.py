@@ -54,11 +54,18 @@ class Split:
         return self.scores[key]
 
 
+def best_k(dev: Split, files: dict[str, str], members: tuple[str, ...], ks: list[int],
+           time_limit: float) -> tuple[float, int, tuple[str, ...]]:
+    """Dev F1 of ``members`` at the k of ``ks`` that gives the best, that k and the members (ties:
+    the k given first)."""
+    return max(((dev.score(files, members, k, time_limit)["f1"], k, members) for k in ks), key=lambda t: t[0])
+
+
 def greedy(dev: Split, files: dict[str, str], ks: list[int], time_limit: float) -> tuple[tuple[str, ...], int, float]:
     """Forward selection on dev F1: the chosen members, their k and dev F1 (ties go to the member
     and the k given first)."""
     def best(members: tuple[str, ...]) -> tuple[float, int, tuple[str, ...]]:
-        return max(((dev.score(files, members, k, time_limit)["f1"], k, members) for k in ks), key=lambda t: t[0])
+        return best_k(dev, files, members, ks, time_limit)
 
     f1, k, chosen = max((best((name,)) for name in files), key=lambda t: t[0])
     while len(chosen) < len(files):
@@ -104,11 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(row(name, dev.score(dev_files, (name,), first_k, args.time_limit),
                          test.score(test_files, (name,), first_k, args.time_limit), first_k))
     if len(names) > 1:
-        dev_all = {k: dev.score(dev_files, names, k, args.time_limit) for k in args.k}
-        best_k = max(args.k, key=lambda k: dev_all[k]["f1"])
+        _, all_k, _ = best_k(dev, dev_files, names, args.k, args.time_limit)
         for k in args.k:
-            test_report = test.score(test_files, names, k, args.time_limit) if k == best_k else None
-            lines.append(row(f"all {len(names)}", dev_all[k], test_report, k))
+            test_report = test.score(test_files, names, k, args.time_limit) if k == all_k else None
+            lines.append(row(f"all {len(names)}", dev.score(dev_files, names, k, args.time_limit), test_report, k))
     chosen, k, _ = greedy(dev, dev_files, args.k, args.time_limit)
     lines.append(row(f"**chosen on dev: {' + '.join(chosen)}**", dev.score(dev_files, chosen, k, args.time_limit),
                      test.score(test_files, chosen, k, args.time_limit), k))

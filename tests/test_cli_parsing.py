@@ -266,14 +266,29 @@ def test_select_ensemble_script_chooses_on_dev_and_scores_test(tmp_path: Path, d
     for column, key in ((3, "f1"), (5, "coverage"), (6, "supertag_accuracy")):
         assert rows[0][column] == rows[1][column] == f"{100 * direct[2][key]:.2f}"
     assert 0 < direct[2]["coverage"] < 1 and 0 < direct[2]["supertag_accuracy"] < 1
-    # all members: dev at both k, test only at the k with the best dev F1 (the first on a tie)
+    # all members: dev at both k, test only at the k with the best dev F1
     all_rows = rows[2:4]
     scored = [r for r in all_rows if r[3] != "-"]
     assert len(scored) == 1 and float(scored[0][2]) == max(float(r[2]) for r in all_rows)
-    assert scored[0] is next(r for r in all_rows if r[2] == scored[0][2])
     k = int(scored[0][1])
     for column, key in ((3, "f1"), (5, "coverage"), (6, "supertag_accuracy")):
         assert scored[0][column] == f"{100 * direct[k][key]:.2f}"
+
+
+def test_select_ensemble_best_k_takes_the_best_dev_f1_and_the_first_on_a_tie() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from select_ensemble import best_k
+
+    class Dev:
+        def __init__(self, f1: dict[int, float]) -> None:
+            self.f1 = f1
+
+        def score(self, files, members, k, time_limit):
+            return {"f1": self.f1[k]}
+
+    assert best_k(Dev({10: 0.5, 20: 0.6}), {}, ("a",), [10, 20], 1.0) == (0.6, 20, ("a",))
+    assert best_k(Dev({10: 0.7, 20: 0.6}), {}, ("a",), [10, 20], 1.0)[1] == 10
+    assert best_k(Dev({10: 0.6, 20: 0.6}), {}, ("a",), [20, 10], 1.0)[1] == 20
 
 
 def test_fallback_k_reparses_only_noparse_sentences() -> None:
