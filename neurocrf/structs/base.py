@@ -15,13 +15,15 @@ import torch
 from torch import Tensor, nn
 
 from neurocrf.structs.chain import Chain, path_score
+from neurocrf.structs.export import ViterbiDecoder, refuse_tracing
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
 F = TypeVar("F", bound=Callable)
 
 
 def _float_math(method: F) -> F:
-    """Run ``method`` with autocast off and outside ``torch.compile`` graphs.
+    """Run ``method`` with autocast off and outside ``torch.compile`` graphs; refuse
+    ``torch.jit.trace``, which would freeze the sequence length.
 
     The scan is a Python loop over positions; keeping it out of compiled graphs means a compiled
     loss or decoder never recompiles for a new sequence length.
@@ -29,6 +31,7 @@ def _float_math(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self, emissions: Tensor, *args, **kwargs):
+        refuse_tracing(f"{type(self).__name__}.{method.__name__}")
         with torch.autocast(device_type=emissions.device.type, enabled=False):
             return method(self, emissions, *args, **kwargs)
 
@@ -357,3 +360,10 @@ class ChainCRF(nn.Module):
 
     def num_states(self) -> int:
         return math.prod(self._state_shape())
+
+    def decoder(self) -> nn.Module:
+        """A plain module ``(emissions, mask) -> tags [batch, seq_len]`` (-1 at masked positions)
+        with the same result as :meth:`decode`, that ``torch.export.export`` and
+        ``torch.onnx.export(..., dynamo=True)`` turn into a program for any batch size and sequence
+        length (see :mod:`neurocrf.structs.export`). It shares this layer's parameters."""
+        return ViterbiDecoder(self)
