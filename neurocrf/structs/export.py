@@ -27,6 +27,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -104,17 +105,28 @@ class ViterbiDecoder(nn.Module):
         # one masked position more: the scans never run zero steps, so seq_len 0 needs no branch
         emissions = torch.cat([emissions, emissions.new_zeros(emissions.shape[0], 1, *emissions.shape[2:])], dim=1)
         mask = torch.cat([mask, mask.new_zeros(mask.shape[0], 1)], dim=1)
-        with torch.no_grad(), torch.autocast(device_type=emissions.device.type, enabled=False):
+        # everything entering the scans is detached (decoding has no gradient, and the scan operator
+        # refuses inputs that require grad); no torch.no_grad region, which an export would record
+        with _autocast_off(emissions.device.type):
             dtype = crf._compute_dtype(emissions)
             destination = _compaction(mask)
-            compact = _scatter_positions(emissions.to(dtype), destination)
+            compact = _scatter_positions(emissions.detach().to(dtype), destination)
             start, transitions, end = (p.detach() for p in crf._potentials(dtype))
             if compact.dim() == 4:
                 compact, transitions = crf._split_pair_emissions(compact, transitions)
-            states, feasible = _viterbi(start, transitions, end, crf._state_emissions(compact), mask.sum(1))
+            state_emissions = crf._state_emissions(compact).detach()
+            states, feasible = _viterbi(start, transitions, end, state_emissions, mask.sum(1))
             tags = crf.state_labels[states].gather(1, destination)
             tags = torch.where(mask & feasible.unsqueeze(1), tags, torch.full_like(tags, -1))
             return tags[:, :seq_len]
+
+
+def _autocast_off(device_type: str) -> Any:
+    """Autocast disabled, entered only when it is on (an exported graph then holds no autocast
+    region, which ``torch.export.save`` cannot serialise)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type=device_type, enabled=False)
+    return contextlib.nullcontext()
 
 
 def _compaction(mask: Tensor) -> Tensor:
