@@ -6,12 +6,12 @@ The program takes the tensors that the encoder's ``prepare`` builds from tokens 
 characters) plus the bool mask ``[batch, seq_len]``, runs the embeddings, the BiLSTM, the
 projection and the CRF's exportable Viterbi (:mod:`neurocrf.structs.export`), and returns the tag
 ids ``[batch, seq_len]`` (-1 at padding): the same tags as :meth:`Tagger.predict`.
-:class:`TaggerVocabulary` maps tokens to those ids and ids back to tag strings without torch or
-the checkpoint's weights (a JSON file written next to the model by ``neurocrf-export``).
+:class:`TaggerVocabulary` maps tokens to those ids and ids back to tag strings; it is a JSON file
+written next to the model by ``neurocrf-export``, so running the model needs no checkpoint.
 
->>> program = export_tagger(Tagger.load("last.ckpt"), "tagger.onnx")          # doctest: +SKIP
+>>> export_tagger(Tagger.load("last.ckpt"), "tagger.onnx")                    # doctest: +SKIP
 >>> vocabulary = TaggerVocabulary.from_tagger(Tagger.load("last.ckpt"))       # doctest: +SKIP
->>> inputs = vocabulary.encode([["Peter", "lives", "in", "Berlin"]])          # numpy arrays
+>>> inputs = vocabulary.encode([["Peter", "lives", "in", "Berlin"]])          # doctest: +SKIP
 >>> session = onnxruntime.InferenceSession("tagger.onnx")                     # doctest: +SKIP
 >>> vocabulary.decode(session.run(None, inputs)[0], inputs["mask"])           # doctest: +SKIP
 [['B-PER', 'O', 'O', 'B-LOC']]
@@ -131,8 +131,11 @@ def _lstm_over_symbolic_length() -> Any:
 
     The stock decomposition steps through time in Python: the ONNX exporter, which decomposes
     every op, would record the example's length (a model that fails or errs on other lengths)."""
-    from torch.export._patches import register_lstm_while_loop_decomposition
-
+    try:
+        from torch.export._patches import register_lstm_while_loop_decomposition
+    except ImportError as error:  # older torch releases
+        raise RuntimeError(f"exporting a BiLSTM tagger needs a torch release with the while_loop LSTM "
+                           f"decomposition (torch.export._patches; tested with 2.13), this is {torch.__version__}") from error
     return register_lstm_while_loop_decomposition()
 
 

@@ -54,6 +54,12 @@ def refuse_tracing(what: str) -> None:
         raise RuntimeError(TRACING_ERROR.format(what=what))
 
 
+def _capturing() -> bool:
+    """Whether ``torch.export`` or ``torch.compile`` is capturing a graph."""
+    compiler = getattr(torch, "compiler", None)
+    return any(bool(getattr(compiler, name, lambda: False)()) for name in ("is_exporting", "is_compiling"))
+
+
 def _scan(step: Callable[[Tensor, list[Tensor]], tuple[Tensor, Tensor]], init: Tensor, xs: list[Tensor]
           ) -> tuple[Tensor, Tensor]:
     """Loop ``carry, y = step(carry, [x[t] for x in xs])`` over the leading dim of ``xs``: returns
@@ -63,7 +69,7 @@ def _scan(step: Callable[[Tensor, list[Tensor]], tuple[Tensor, Tensor]], init: T
     a symbolic length); in eager mode, where that operator would compile its body on each call, a
     Python loop runs the same ``step``.
     """
-    if torch.compiler.is_exporting() or torch.compiler.is_compiling():
+    if _capturing():
         from torch._higher_order_ops.scan import scan
 
         return scan(step, init, xs)
