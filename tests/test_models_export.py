@@ -67,7 +67,8 @@ def test_export_pt2_matches_predict(trained: dict[str, Path], tmp_path: Path) ->
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("overrides", [["crf=second_order", "encoder.char=lstm"], ["crf=precursor", "encoder.char=null"]])
+@pytest.mark.parametrize("overrides", [["crf=second_order", "encoder.char=lstm"],
+                                       ["crf=precursor", "encoder.char=null"]])
 def test_export_other_layers_and_char_encoders(tmp_path_factory, tmp_path: Path, overrides: list[str]) -> None:
     pytest.importorskip("onnxruntime")
     export_and_compare(train_tiny(tmp_path_factory, overrides), tmp_path, "onnx")

@@ -148,7 +148,8 @@ def test_exported_decoder_pair_emissions_and_float64():
     program = torch.export.export(crf.decoder(), (pairs, mask), dynamic_shapes=shapes).module()
     for seed, (batch, seq_len) in enumerate(OTHER_SHAPES):
         emissions, mask = random_batch(batch, seq_len, seed)
-        pairs = pair_emissions(emissions.double(), torch.randn(batch, seq_len, len(TAGS), len(TAGS), dtype=torch.float64))
+        scores = torch.randn(batch, seq_len, len(TAGS), len(TAGS), dtype=torch.float64)
+        pairs = pair_emissions(emissions.double(), scores)
         assert torch.equal(program(pairs, mask), crf.decode(pairs, mask))
 
 

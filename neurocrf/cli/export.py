@@ -64,6 +64,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     from neurocrf.models.export import EXPORT_FORMATS, TaggerVocabulary, export_tagger
     from neurocrf.models.tagger import Tagger
 
+    logging.getLogger("onnx_ir").setLevel(logging.WARNING)  # one INFO line per rewritten initializer
     fmt = str(cfg.format)
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"format must be one of {EXPORT_FORMATS}, got {fmt!r}")

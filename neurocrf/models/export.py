@@ -134,8 +134,8 @@ def _lstm_over_symbolic_length() -> Any:
     try:
         from torch.export._patches import register_lstm_while_loop_decomposition
     except ImportError as error:  # older torch releases
-        raise RuntimeError(f"exporting a BiLSTM tagger needs a torch release with the while_loop LSTM "
-                           f"decomposition (torch.export._patches; tested with 2.13), this is {torch.__version__}") from error
+        raise RuntimeError(f"exporting a BiLSTM tagger needs a torch release with the while_loop LSTM decomposition "
+                           f"(torch.export._patches; tested with 2.13), this is {torch.__version__}") from error
     return register_lstm_while_loop_decomposition()
 
 

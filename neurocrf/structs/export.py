@@ -77,8 +77,6 @@ def _scan(step: Callable[[Tensor, list[Tensor]], tuple[Tensor, Tensor]], init: T
     for t in range(xs[0].shape[0]):
         carry, y = step(carry, [x[t] for x in xs])
         ys.append(y)
-    if not ys:
-        return carry, init.new_empty(0, *step(init, [x.new_empty(x.shape[1:]) for x in xs])[1].shape)
     return carry, torch.stack(ys)
 
 
