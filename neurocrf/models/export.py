@@ -75,7 +75,9 @@ class ExportableTagger(nn.Module):
             if chars is None:
                 raise ValueError("this tagger reads characters: pass chars [batch, seq_len, max_chars]")
             batch, width, length = chars.shape
-            # every position, padding included (fixed shapes for the exporters); padding is zeroed
+            # Char features at every position, padding included, then zeroed there: the encoder's
+            # own forward keeps the real words only, a data-dependent size that the char BiLSTM's
+            # while_loop cannot carry through torch.export. Otherwise this is Tagger.forward in eval mode.
             char_features = encoder.char_encoder(chars.reshape(batch * width, length)).view(batch, width, -1)
             char_features = torch.where(mask.unsqueeze(-1), char_features, torch.zeros_like(char_features))
             features = torch.cat([features, char_features], dim=-1)
