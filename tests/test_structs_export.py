@@ -164,7 +164,8 @@ class _Decode(torch.nn.Module):
 
 def test_tracing_is_refused():
     """torch.jit.trace and the legacy ONNX exporter record one sequence length and used to return
-    wrong paths at every other length, silently; now they raise and name the exporters to use."""
+    wrong paths at every other length, silently; now they raise and name the exporters to use.
+    torch.export of the eager methods names crf.decoder()."""
     crf = LinearChainCRF(len(TAGS), allowed_transitions(TAGS, "IOB2"))
     example = random_batch(2, 5, seed=0)
     with warnings.catch_warnings():
@@ -174,4 +175,6 @@ def test_tracing_is_refused():
                 torch.jit.trace(module, example)
             with pytest.raises(RuntimeError, match=r"dynamo=True"):
                 torch.onnx.export(module, example, io.BytesIO(), dynamo=False)
+        with pytest.raises(RuntimeError, match=r"export crf\.decoder\(\)"):  # used to fail on a data-dependent int
+            torch.export.export(_Decode(crf), example)
     assert torch.equal(crf.decoder()(*example), crf.decode(*example))  # outside a trace: fine

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from neurocrf.structs.chain import Chain, path_score
-from neurocrf.structs.export import ViterbiDecoder, refuse_tracing
+from neurocrf.structs.export import ViterbiDecoder, refuse_capture
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
 F = TypeVar("F", bound=Callable)
@@ -23,7 +23,7 @@ F = TypeVar("F", bound=Callable)
 
 def _float_math(method: F) -> F:
     """Run ``method`` with autocast off and outside ``torch.compile`` graphs; refuse
-    ``torch.jit.trace``, which would freeze the sequence length.
+    ``torch.jit.trace``, which would freeze the sequence length, and ``torch.export``.
 
     The scan is a Python loop over positions; keeping it out of compiled graphs means a compiled
     loss or decoder never recompiles for a new sequence length.
@@ -31,11 +31,16 @@ def _float_math(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self, emissions: Tensor, *args, **kwargs):
-        refuse_tracing(f"{type(self).__name__}.{method.__name__}")
+        refuse_capture(f"{type(self).__name__}.{method.__name__}")
         with torch.autocast(device_type=emissions.device.type, enabled=False):
             return method(self, emissions, *args, **kwargs)
 
-    return torch.compiler.disable(wrapper)  # type: ignore[return-value]
+    reason = (f"{method.__qualname__} loops over the positions in Python and runs outside compiled graphs; "
+              "crf.decoder() is the Viterbi decoder that compiles and exports")
+    try:
+        return torch.compiler.disable(wrapper, reason=reason)  # type: ignore[return-value]
+    except TypeError:  # torch releases without `reason`
+        return torch.compiler.disable(wrapper)  # type: ignore[return-value]
 
 
 class ChainCRF(nn.Module):

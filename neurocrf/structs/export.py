@@ -48,10 +48,24 @@ TRACING_ERROR = (
 )
 
 
+EXPORT_ERROR = (
+    "{what} loops over the positions in Python and cannot be exported; export crf.decoder() (Viterbi "
+    "tags for any batch size and length) with torch.export.export(...) or torch.onnx.export(..., dynamo=True)."
+)
+
+
 def refuse_tracing(what: str) -> None:
     """Raise RuntimeError under ``torch.jit.trace`` (and the legacy ONNX exporter, which traces)."""
     if torch.jit.is_tracing():
         raise RuntimeError(TRACING_ERROR.format(what=what))
+
+
+def refuse_capture(what: str) -> None:
+    """:func:`refuse_tracing`, and raise RuntimeError under ``torch.export`` too (the eager CRF
+    methods; their graph would hold data-dependent Python control flow)."""
+    refuse_tracing(what)
+    if bool(getattr(torch.compiler, "is_exporting", lambda: False)()):
+        raise RuntimeError(EXPORT_ERROR.format(what=what))
 
 
 def _capturing() -> bool:
