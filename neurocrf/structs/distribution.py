@@ -20,6 +20,7 @@ partition and ``log_prob`` use the layer's own scan (the training path).
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 import torch
@@ -89,26 +90,31 @@ class ChainDistribution:
 
     @_no_autocast
     def log_prob(self, tags: Tensor) -> Tensor:
-        """Log-probabilities ``[*sample, batch]`` of tag sequences ``[*sample, batch, seq_len]``
-        (values at masked positions are ignored; ``-inf`` for sequences the layer forbids)."""
+        """Log-probabilities ``[*sample, batch]`` of tag sequences ``[*sample, batch, seq_len]``.
+
+        Values at masked positions are ignored. ``-inf`` for sequences the layer forbids and for
+        rows holding -1 at a True position (how :meth:`sample`, :attr:`argmax` and :meth:`topk`
+        mark a missing sequence)."""
         if tags.dim() < 2 or tuple(tags.shape[-2:]) != (self.batch_size, self.seq_len):
             raise ValueError(f"tags must be [..., batch, seq_len] with [batch, seq_len] = "
                              f"{(self.batch_size, self.seq_len)}, got {tuple(tags.shape)}")
         if tags.is_floating_point() or tags.dtype == torch.bool:
             raise ValueError(f"tags must be an integer tensor, got {tags.dtype}")
         lead = tags.shape[:-2]
-        flat = tags.reshape(-1, self.seq_len).to(device=self.mask.device, dtype=torch.long)
+        flat = tags.reshape(math.prod(lead) * self.batch_size, self.seq_len).to(device=self.mask.device, dtype=torch.long)
         mask = self.mask.repeat(flat.shape[0] // max(self.batch_size, 1), 1)
-        bad = mask & ((flat < 0) | (flat >= self.crf.num_tags))
+        bad = mask & ((flat < -1) | (flat >= self.crf.num_tags))
         if bool(bad.any()):
             row, position = (int(i) for i in bad.nonzero()[0])
             raise ValueError(f"tag id {int(flat[row, position])} at position {position} of sequence {row} is "
                              f"outside [0, {self.crf.num_tags})")
-        flat = flat.masked_fill(~mask, 0)
+        missing = (mask & (flat == -1)).any(1)
+        flat = flat.masked_fill(~mask | (flat == -1), 0)
         rows = torch.arange(self.batch_size, device=flat.device).repeat(flat.shape[0] // max(self.batch_size, 1))
         order = None if self._order is None else self._order[rows]
         states = self.crf._gold_states(self.crf._gather_positions(flat, order, self._width))
-        return self._normalised(self._path_scores(states, rows), rows).reshape(lead + (self.batch_size,))
+        log_probs = self._normalised(self._path_scores(states, rows), rows).masked_fill(missing, NEG_INF)
+        return log_probs.reshape(lead + (self.batch_size,))
 
     def _path_scores(self, states: Tensor, rows: Tensor) -> Tensor:
         """``[R]`` unnormalised scores of compacted state paths ``[R, width]`` of batch rows ``rows``."""
@@ -160,7 +166,7 @@ class ChainDistribution:
     def _scatter(self, compact: Tensor, fill: float) -> Tensor:
         """Compacted ``[B, width, ...]`` -> ``[B, seq_len, ...]`` at each row's True positions."""
         tail = compact.shape[2:]
-        flat = compact.reshape(compact.shape[0], compact.shape[1], -1)
+        flat = compact.reshape(compact.shape[0], compact.shape[1], math.prod(tail))
         out = self.crf._scatter_positions(flat, self._order, self._width, fill, self.seq_len)
         return out.reshape(out.shape[0], self.seq_len, *tail)
 
@@ -188,7 +194,7 @@ class ChainDistribution:
         target = (source % (num_states // size)).unsqueeze(1) * size + torch.arange(size, device=states.device)
         labels = self.crf.state_labels.clamp(max=n)
         pairs = (labels[source].unsqueeze(1) * (n + 1) + labels[target]).reshape(-1)
-        flat = states.reshape(*states.shape[:2], -1)
+        flat = states.reshape(*states.shape[:2], num_states * size)
         tags = flat.new_zeros(*flat.shape[:2], (n + 1) ** 2).index_add(2, pairs, flat)
         tags = tags.view(*flat.shape[:2], n + 1, n + 1)[..., :n, :n]
         tags = torch.cat([tags.new_zeros(tags.shape[0], min(self._width, 1), n, n), tags], dim=1)
@@ -261,14 +267,14 @@ class ChainDistribution:
             size, order = self._potentials[1].shape[-1], self._potentials[0].dim()
             original = _state_map(size, order, states.device)[states[..., : self._width]]  # [num, B, width]
             tags = self.crf._state_to_tag(original)
-            tags = tags.masked_fill(~torch.isfinite(self._log_z).view(1, -1, 1), -1)
+            tags = tags.masked_fill(~torch.isfinite(self._log_z).view(1, self.batch_size, 1), -1)
             return self._scatter_rows(tags)
 
     def _scatter_rows(self, tags: Tensor) -> Tensor:
         """Compacted tags ``[K, B, width]`` -> ``[K, B, seq_len]`` (-1 at masked positions)."""
         copies = tags.shape[0]
         order = None if self._order is None else self._order.repeat(copies, 1)
-        flat = self.crf._scatter_positions(tags.reshape(-1, self._width), order, self._width, -1, self.seq_len)
+        flat = self.crf._scatter_positions(tags.reshape(copies * self.batch_size, self._width), order, self._width, -1, self.seq_len)
         return flat.view(copies, self.batch_size, self.seq_len)
 
     @functools.cached_property
@@ -293,7 +299,7 @@ class ChainDistribution:
             states, best = Chain(*self._potentials, self._state_emissions, self.lengths).kbest(k)
         found = torch.isfinite(best)  # [B, k]
         rows = torch.arange(batch, device=states.device).repeat_interleave(k)
-        scores = self._path_scores(states.clamp(min=0).reshape(batch * k, -1), rows).view(batch, k)
+        scores = self._path_scores(states.clamp(min=0).reshape(batch * k, self._width), rows).view(batch, k)
         log_probs = torch.where(found, self._normalised(scores.reshape(-1), rows).view(batch, k),
                                 torch.full_like(scores, NEG_INF))
         tags = self.crf._state_to_tag(states).masked_fill(~found.unsqueeze(-1), -1)
