@@ -127,8 +127,9 @@ def test_state_paths_and_tag_paths_are_in_bijection(case):
     size, order = crf._potentials(torch.float64)[1].shape[-1], len(crf._state_shape())
     states = states[(states[:, 1:] // size == states[:, :-1] % size ** (order - 1)).all(1)]
     with torch.no_grad():
-        scores = path_score(*crf._potentials(torch.float64), state_emissions.expand(len(states), *state_emissions.shape[1:]),
-                            states, torch.full((len(states),), length))
+        batch_emissions = state_emissions.expand(len(states), *state_emissions.shape[1:])
+        lengths = torch.full((len(states),), length)
+        scores = path_score(*crf._potentials(torch.float64), batch_emissions, states, lengths)
     kept = torch.isfinite(scores)
     tags = crf.state_labels[states[kept]]
     assert len(set(map(tuple, tags.tolist()))) == int(kept.sum())  # injective
@@ -136,7 +137,8 @@ def test_state_paths_and_tag_paths_are_in_bijection(case):
     ys, tag_scores = enumerate_row(crf, constraints, emissions, mask, 0)
     assert int(torch.isfinite(tag_scores).sum()) == int(kept.sum())  # onto the valid tag paths
     lookup = {tuple(y): s for y, s in zip(ys.tolist(), tag_scores.tolist())}
-    torch.testing.assert_close(scores[kept], torch.tensor([lookup[tuple(t)] for t in tags.tolist()], dtype=torch.float64))
+    expected = torch.tensor([lookup[tuple(t)] for t in tags.tolist()], dtype=torch.float64)
+    torch.testing.assert_close(scores[kept], expected)
 
 
 def test_pair_emissions_match_enumeration():
@@ -296,3 +298,20 @@ def test_doctests() -> None:
     from neurocrf.structs import distribution
 
     assert doctest.testmod(distribution).failed == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[3]], ids=[CASE_IDS[1], CASE_IDS[2], CASE_IDS[3]])
+def test_cuda_matches_cpu(case):
+    crf, _ = build(case, "auto", seed=8)
+    emissions, mask = sample_inputs(crf, seed=8, batch=6, seq_len=9)
+    dist = crf.distribution(emissions, mask)
+    gpu = crf.cuda()
+    with torch.autocast("cuda", dtype=torch.bfloat16):  # ignored inside: float64 in, float64 out
+        on_gpu = gpu.distribution(emissions.cuda(), mask.cuda())
+        values = [on_gpu.entropy(), on_gpu.kl(on_gpu), on_gpu.marginals, on_gpu.edge_marginals, on_gpu.argmax]
+    for got, expected in zip(values, [dist.entropy(), dist.kl(dist), dist.marginals, dist.edge_marginals, dist.argmax]):
+        assert got.dtype == expected.dtype
+        torch.testing.assert_close(got.cpu(), expected)
+    samples = on_gpu.sample(100, generator=torch.Generator("cuda").manual_seed(0))
+    assert torch.isfinite(dist.log_prob(samples.cpu())[:, mask.any(1)]).all()

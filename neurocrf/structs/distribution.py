@@ -101,7 +101,8 @@ class ChainDistribution:
         if tags.is_floating_point() or tags.dtype == torch.bool:
             raise ValueError(f"tags must be an integer tensor, got {tags.dtype}")
         lead = tags.shape[:-2]
-        flat = tags.reshape(math.prod(lead) * self.batch_size, self.seq_len).to(device=self.mask.device, dtype=torch.long)
+        flat = tags.reshape(math.prod(lead) * self.batch_size, self.seq_len)
+        flat = flat.to(device=self.mask.device, dtype=torch.long)
         mask = self.mask.repeat(flat.shape[0] // max(self.batch_size, 1), 1)
         bad = mask & ((flat < -1) | (flat >= self.crf.num_tags))
         if bool(bad.any()):
@@ -230,10 +231,9 @@ class ChainDistribution:
         if not same:
             raise ValueError(f"cross-entropy and KL need distributions of the same layer kind over the same states: "
                              f"got {mine!r} and {theirs!r}")
-        if tuple(self.mask.shape) != tuple(other.mask.shape) or not torch.equal(self.mask, other.mask.to(self.mask.device)):
-            raise ValueError(f"cross-entropy and KL need the same mask: shapes {tuple(self.mask.shape)} and "
-                             f"{tuple(other.mask.shape)}" + ("" if self.mask.shape != other.mask.shape else
-                                                             ", different True positions"))
+        if self.mask.shape != other.mask.shape or not torch.equal(self.mask, other.mask.to(self.mask.device)):
+            raise ValueError(f"cross-entropy and KL need the same mask: got masks of shapes {tuple(self.mask.shape)}"
+                             f" and {tuple(other.mask.shape)} (or different True positions)")
 
     @_no_autocast
     def cross_entropy(self, other: "ChainDistribution") -> Tensor:
@@ -274,7 +274,8 @@ class ChainDistribution:
         """Compacted tags ``[K, B, width]`` -> ``[K, B, seq_len]`` (-1 at masked positions)."""
         copies = tags.shape[0]
         order = None if self._order is None else self._order.repeat(copies, 1)
-        flat = self.crf._scatter_positions(tags.reshape(copies * self.batch_size, self._width), order, self._width, -1, self.seq_len)
+        compact = tags.reshape(copies * self.batch_size, self._width)
+        flat = self.crf._scatter_positions(compact, order, self._width, -1, self.seq_len)
         return flat.view(copies, self.batch_size, self.seq_len)
 
     @functools.cached_property

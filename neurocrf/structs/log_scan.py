@@ -120,10 +120,11 @@ def sample_states(moves: Tensor, emissions: Tensor, alphas: Tensor, num: int,
         step_moves = step_moves.reshape(*step_moves.shape[: step_moves.dim() - order - 1], flat * width)
         step_moves = step_moves.expand(num, batch, flat * width)
         # the sources (a, *r) of the destination (*r, c)
-        sources = torch.arange(width, device=state.device) * rest + torch.div(state, width, rounding_mode="floor"
-                                                                                 ).unsqueeze(-1)
+        kept = torch.div(state, width, rounding_mode="floor").unsqueeze(-1)
+        sources = torch.arange(width, device=state.device) * rest + kept  # [num, B, C']
         component = (state % width).unsqueeze(-1)
-        logits = scores[t].expand(num, batch, flat).gather(2, sources) + step_moves.gather(2, sources * width + component)
+        logits = scores[t].expand(num, batch, flat).gather(2, sources)
+        logits = logits + step_moves.gather(2, sources * width + component)
         state = sources.gather(2, _gumbel_argmax(logits, generator).unsqueeze(-1)).squeeze(-1)
         path.append(state)
     return torch.stack(path[::-1], dim=-1)
