@@ -110,6 +110,7 @@ def test_every_quantity_matches_enumeration(case, scan):
         drawn = (samples[:, row, mask[row]].unsqueeze(1) == ys.unsqueeze(0)).all(-1)  # [50, N]
         assert (drawn.sum(1) == 1).all() and torch.isfinite(log_p[drawn.nonzero()[:, 1]]).all()
     # the layer methods agree with the distribution
+    torch.testing.assert_close(-dist.log_prob(samples[0].clamp(min=0)), crf(emissions, samples[0], mask, reduction="none"))
     torch.testing.assert_close(dist.marginals, crf.marginals(emissions, mask))
     torch.testing.assert_close(dist.log_partition, crf.log_partition(emissions, mask))
 
@@ -246,6 +247,18 @@ def test_first_and_second_derivatives(case):
     # the layer's parameters get gradients too
     crf.distribution(emissions, mask).entropy().sum().backward()
     assert all(p.grad is not None for p in crf.parameters())
+
+
+def test_values_read_without_gradients_are_not_reused_with_them():
+    crf = LinearChainCRF(3).double()
+    emissions = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    dist = crf.distribution(emissions)
+    with torch.no_grad():
+        dist.entropy(), dist.marginals
+    (grad,) = torch.autograd.grad(dist.entropy().sum() + dist.marginals[:, 1, 0].sum(), emissions)
+    fresh = crf.distribution(emissions)
+    (expected,) = torch.autograd.grad(fresh.entropy().sum() + fresh.marginals[:, 1, 0].sum(), emissions)
+    torch.testing.assert_close(grad, expected)
 
 
 def test_edges_and_errors():

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import torch
 from torch import Tensor
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 NEG_INF = float("-inf")
 F = TypeVar("F", bound=Callable)
+T = TypeVar("T")
 
 
 def _no_autocast(method: F) -> F:
@@ -43,6 +44,22 @@ def _no_autocast(method: F) -> F:
             return method(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _memo(method: Callable[["ChainDistribution"], T]) -> Callable[["ChainDistribution"], T]:
+    """Compute a quantity once per grad mode: a value first built under ``torch.no_grad`` is not
+    reused (without its graph) when gradients are wanted later."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self: "ChainDistribution") -> T:
+        key = (name, torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        if key not in self._cache:
+            with torch.autocast(device_type=self.mask.device.type, enabled=False):
+                self._cache[key] = method(self)
+        return self._cache[key]
+
+    return wrapper
 
 
 class ChainDistribution:
@@ -78,10 +95,11 @@ class ChainDistribution:
         self._state_emissions = crf._state_emissions(compact)
         self._dtype = compact.dtype
         self.batch_size, self.seq_len = emissions.shape[:2]
+        self._cache: dict[tuple[str, bool, bool], Any] = {}
 
     # --- the layer's own scan -------------------------------------------------------------------
-    @functools.cached_property
-    @_no_autocast
+    @property
+    @_memo
     def log_partition(self) -> Tensor:
         """``[batch]`` log partition function (the layer's scan and hand-written backward)."""
         if self.batch_size == 0:
@@ -130,25 +148,25 @@ class ChainDistribution:
         return torch.where(finite, scores - log_scan.safe_log_z(log_z), torch.full_like(scores, NEG_INF))
 
     # --- exact differentiable forward-backward --------------------------------------------------
-    @functools.cached_property
-    @_no_autocast
+    @property
+    @_memo
     def _augmented(self) -> tuple[Tensor, Tensor, Tensor]:
         """float64 augmented ``start``, ``moves`` and time-major ``emissions`` ``[T + 1, B, *S']``."""
         start, moves, end = (x.to(torch.float64) for x in self._potentials)
         return _augment(start, moves, end, self._state_emissions.to(torch.float64), self.lengths)
 
-    @functools.cached_property
-    @_no_autocast
+    @property
+    @_memo
     def _alphas(self) -> Tensor:
         return log_scan.forward_scores(*self._augmented)
 
-    @functools.cached_property
-    @_no_autocast
+    @property
+    @_memo
     def _log_z(self) -> Tensor:
         return log_scan.log_partition(self._alphas)
 
-    @functools.cached_property
-    @_no_autocast
+    @property
+    @_memo
     def _posteriors(self) -> tuple[Tensor, Tensor]:
         """Augmented node ``[T + 1, B, *S']`` and edge ``[T, B, *S', C']`` posteriors."""
         _, moves, emissions = self._augmented
@@ -171,8 +189,8 @@ class ChainDistribution:
         out = self.crf._scatter_positions(flat, self._order, self._width, fill, self.seq_len)
         return out.reshape(out.shape[0], self.seq_len, *tail)
 
-    @functools.cached_property
-    @_no_autocast
+    @property
+    @_memo
     def marginals(self) -> Tensor:
         """``[batch, seq_len, num_tags]`` tag posteriors (0 at masked positions), differentiable."""
         nodes, _ = self._posteriors
@@ -181,8 +199,8 @@ class ChainDistribution:
         tags = states.new_zeros(*states.shape[:2], self.crf.num_tags + 1).index_add(2, labels, states)
         return self._scatter(tags[..., : self.crf.num_tags], 0.0).to(self._dtype)
 
-    @functools.cached_property
-    @_no_autocast
+    @property
+    @_memo
     def edge_marginals(self) -> Tensor:
         """``[batch, seq_len, num_tags, num_tags]``: entry ``[b, t, i, j]`` is the probability of
         tag ``i`` at the True position before ``t`` and tag ``j`` at ``t`` (0 where ``t`` is masked
@@ -278,8 +296,8 @@ class ChainDistribution:
         flat = self.crf._scatter_positions(compact, order, self._width, -1, self.seq_len)
         return flat.view(copies, self.batch_size, self.seq_len)
 
-    @functools.cached_property
-    @_no_autocast
+    @property
+    @_memo
     def argmax(self) -> Tensor:
         """``[batch, seq_len]`` most probable tag sequence (-1 at masked positions and in rows
         without a valid path)."""
