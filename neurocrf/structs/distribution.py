@@ -13,8 +13,9 @@ state paths of positive probability and tag paths are in bijection: sums over st
 
 Entropy and divergences come from expected scores: ``H(p) = log Z_p - E_p[score_p]`` and
 ``H(p, q) = log Z_q - E_p[score_q]``, with the expectations taken from p's node and edge marginals.
-Those run on :mod:`neurocrf.structs.log_scan`, whose gradients of every order are exact; the log
-partition and ``log_prob`` use the layer's own scan (the training path).
+Everything runs in float64 on :mod:`neurocrf.structs.log_scan`, whose gradients of every order are
+exact whatever the layer's ``scan``; the k best paths come from the chain engine. For the training
+loss alone, the layer's ``forward`` (its fast scan with a hand-written backward) is cheaper.
 """
 
 from __future__ import annotations
@@ -97,14 +98,11 @@ class ChainDistribution:
         self.batch_size, self.seq_len = emissions.shape[:2]
         self._cache: dict[tuple[str, bool, bool], Any] = {}
 
-    # --- the layer's own scan -------------------------------------------------------------------
     @property
     @_memo
     def log_partition(self) -> Tensor:
-        """``[batch]`` log partition function (the layer's scan and hand-written backward)."""
-        if self.batch_size == 0:
-            return self._state_emissions.new_zeros(0)
-        return self.crf._log_partition_compact(self._potentials, self._state_emissions, self.lengths)
+        """``[batch]`` log partition function (0 for empty rows, ``-inf`` without a valid path)."""
+        return self._log_z.to(self._dtype)
 
     @_no_autocast
     def log_prob(self, tags: Tensor) -> Tensor:
@@ -143,9 +141,11 @@ class ChainDistribution:
         return path_score(start, moves, end, self._state_emissions[rows], states, self.lengths[rows])
 
     def _normalised(self, scores: Tensor, rows: Tensor) -> Tensor:
-        log_z = self.log_partition[rows]
+        """Path scores ``[R]`` of rows ``rows`` -> log-probabilities in the compute dtype."""
+        log_z = self._log_z[rows]
         finite = torch.isfinite(log_z) & ~torch.isneginf(scores)
-        return torch.where(finite, scores - log_scan.safe_log_z(log_z), torch.full_like(scores, NEG_INF))
+        value = scores.to(torch.float64) - log_scan.safe_log_z(log_z)
+        return torch.where(finite, value, torch.full_like(value, NEG_INF)).to(self._dtype)
 
     # --- exact differentiable forward-backward --------------------------------------------------
     @property
