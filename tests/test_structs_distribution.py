@@ -4,6 +4,7 @@ sampling by a chi-square test, and exact first and second derivatives."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -320,7 +321,7 @@ def test_cuda_matches_cpu(case):
     crf, _ = build(case, "auto", seed=8)
     emissions, mask = sample_inputs(crf, seed=8, batch=6, seq_len=9)
     dist = crf.distribution(emissions, mask)
-    gpu = crf.cuda()
+    gpu = copy.deepcopy(crf).cuda()
     with torch.autocast("cuda", dtype=torch.bfloat16):  # ignored inside: float64 in, float64 out
         on_gpu = gpu.distribution(emissions.cuda(), mask.cuda())
         values = [on_gpu.entropy(), on_gpu.kl(on_gpu), on_gpu.marginals, on_gpu.edge_marginals, on_gpu.argmax]
