@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from neurocrf.structs.chain import Chain, path_score
+from neurocrf.structs.distribution import ChainDistribution
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
 F = TypeVar("F", bound=Callable)
@@ -354,6 +355,18 @@ class ChainCRF(nn.Module):
         tag_marg.index_add_(2, self.state_labels.clamp(max=self.num_tags), flat)
         tag_marg = tag_marg[..., : self.num_tags]
         return self._scatter_positions(tag_marg, order, width, 0.0, emissions.shape[1])
+
+    @_float_math
+    def distribution(self, emissions: Tensor, mask: Tensor | None = None) -> ChainDistribution:
+        """The distribution over tag sequences as an object: log partition, ``log_prob``, marginals,
+        edge marginals, entropy, cross-entropy, KL, exact samples, argmax and top-k (see
+        :class:`~neurocrf.structs.distribution.ChainDistribution`).
+
+        Args:
+            emissions: ``[batch, seq_len, num_tags]`` scores.
+            mask: ``[batch, seq_len]`` bool; the chain runs over the True positions of each row.
+        """
+        return ChainDistribution(self, emissions, mask)
 
     def num_states(self) -> int:
         return math.prod(self._state_shape())
