@@ -208,3 +208,13 @@ def test_rows_without_a_valid_path(kind, options, kernel, monkeypatch):
     assert bool(torch.isneginf(windows[:2]).all())
     torch.testing.assert_close(windows[2], torch.logsumexp(scores, 0))
 
+
+
+@pytest.mark.parametrize("scan", ["sequential", "parallel"])
+def test_pair_emissions_double_backward(scan):
+    """Observation-dependent transitions [B, T, L + 1, L]: per-position potentials, same guarantees."""
+    crf, _ = make_layer("first_order", TAGS, "IOB2", True, scan=scan)
+    mask = torch.tensor([[True, False, True, True], [False, True, True, False]])
+    pairs = torch.randn(2, 4, len(TAGS) + 1, len(TAGS), dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x: crf.log_partition(x, mask), (pairs,))
+    assert torch.autograd.gradcheck(lambda x: crf.marginals(x, mask), (pairs,))

@@ -22,7 +22,13 @@ The log partition and marginals run a rescaled forward-backward in float64 proba
 log-space computation (see :class:`_ExpScan`), and the float64 log-space scan otherwise.
 
 Time O(T |S| C) per row for every quantity; training memory O(B T |S|): the hand-written backward
-pass keeps the forward scores only, never a graph of ``[B, T, |S|, C]`` intermediates.
+pass keeps the forward scores only, never a graph of ``[B, T, |S|, C]`` intermediates. Only when
+that backward pass is itself differentiated (``create_graph=True``: gradients of marginals or of
+an entropy, Hessian-vector products) does autograd run through a log-space scan
+(:func:`autograd_log_partition`), which gives derivatives of every order at that memory cost.
+
+Empty batches and rows of length 0 are valid everywhere. A row without any path of finite score
+has log partition ``-inf``, zero marginals and gradients, and Viterbi states -1.
 """
 
 from __future__ import annotations
