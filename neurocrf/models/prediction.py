@@ -157,7 +157,8 @@ def _attach_spans(
     jobs: list[tuple[int, int, Tensor]] = []  # (span number, window start, allowed [W, L]) per encoding
     for i, prediction in enumerate(predictions):
         for span in get_spans(prediction.tags, scheme):
-            jobs.extend((len(spans), *window) for window in _span_encodings(span, len(prediction.tags), tag_index, scheme))
+            encodings = _span_encodings(span, len(prediction.tags), tag_index, scheme)
+            jobs.extend((len(spans), first, allowed) for first, allowed in encodings)
             spans.append((i, span))
     if not spans:
         return

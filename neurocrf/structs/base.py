@@ -361,10 +361,10 @@ class ChainCRF(nn.Module):
         graph_needed = torch.is_grad_enabled() and any(x.requires_grad for x in (state_emissions, *potentials))
         if graph_needed or self._use_parallel(state_emissions):
             with torch.enable_grad():
-                if graph_needed:
-                    leaf = state_emissions if state_emissions.requires_grad else state_emissions.detach().requires_grad_()
-                else:
+                leaf = state_emissions
+                if not (graph_needed and leaf.requires_grad):
                     leaf = state_emissions.detach().requires_grad_()
+                if not graph_needed:
                     potentials = tuple(p.detach() for p in potentials)
                 log_z = self._log_partition_compact(potentials, leaf, lengths)
                 (state_marg,) = torch.autograd.grad(log_z.sum(), leaf, create_graph=graph_needed)
