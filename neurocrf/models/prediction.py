@@ -154,7 +154,7 @@ def _attach_spans(
 ) -> None:
     tag_index = {tag: i for i, tag in enumerate(tags)}
     spans: list[tuple[int, Any]] = []  # (sentence, span)
-    jobs: list[tuple[int, int, Tensor]] = []  # (span number, window start, allowed [W, L]) per encoding
+    jobs: list[tuple[int, int, list[tuple[int, ...]]]] = []  # per encoding: span number, window start, allowed ids
     for i, prediction in enumerate(predictions):
         for span in get_spans(prediction.tags, scheme):
             encodings = _span_encodings(span, len(prediction.tags), tag_index, scheme)
@@ -162,15 +162,19 @@ def _attach_spans(
             spans.append((i, span))
     if not spans:
         return
-    width = max(job[2].shape[0] for job in jobs)
-    allowed = torch.ones(len(jobs), width, len(tags), dtype=torch.bool)
-    for j, job in enumerate(jobs):
-        allowed[j, : job[2].shape[0]] = job[2]
+    # each distinct allowed set once: the windows [J, W, L] are rows of a small table (row 0: every tag)
+    sets: dict[tuple[int, ...], int] = {tuple(range(len(tags))): 0}
+    width = max(len(job[2]) for job in jobs)
+    codes = [[sets.setdefault(ids, len(sets)) for ids in job[2]] + [0] * (width - len(job[2])) for job in jobs]
+    table = torch.zeros(len(sets), len(tags), dtype=torch.bool)
+    for ids, code in sets.items():
+        table[code, list(ids)] = True
+    allowed = table.to(emissions.device)[torch.tensor(codes, device=emissions.device)]  # [J, W, L]
     owner = torch.tensor([job[0] for job in jobs], device=emissions.device)
     rows = torch.tensor([spans[job[0]][0] for job in jobs], device=emissions.device)
     starts = torch.tensor([job[1] for job in jobs], device=emissions.device)
     log_z = head.log_partition(emissions, mask).double()  # [B]
-    log_z_encoding = head.window_log_partition(emissions, mask, rows, starts, allowed.to(emissions.device))
+    log_z_encoding = head.window_log_partition(emissions, mask, rows, starts, allowed)
     # a sentence without any valid path (log Z = -inf) holds no span
     share = torch.where(torch.isneginf(log_z_encoding), 0.0, (log_z_encoding - log_z[rows]).exp())
     confidences = share.new_zeros(len(spans)).index_add_(0, owner, share).clamp(max=1.0).tolist()
@@ -183,20 +187,24 @@ _OPEN = ("B", "I")
 _CONTINUE = {"IOB1": ("I",), "IOB2": ("I",), "BIOES": ("I", "E")}
 
 
-def _span_encodings(span: Any, length: int, tag_index: dict[str, int], scheme: str) -> list[tuple[int, Tensor]]:
+def _span_encodings(
+    span: Any, length: int, tag_index: dict[str, int], scheme: str
+) -> list[tuple[int, list[tuple[int, ...]]]]:
     """The disjoint encodings of ``span`` in a sentence of ``length`` tokens (see the module
-    docstring): for each, the first position of its window and the allowed tags ``[W, L]`` there.
+    docstring): for each, the first position of its window and the allowed tag ids at each
+    position of the window.
 
     >>> from neurocrf.data.schemes import Span
-    >>> index = {"O": 0, "B-X": 1, "I-X": 2}
-    >>> [(first, allowed.int().tolist()) for first, allowed in _span_encodings(Span("X", 1, 2), 3, index, "IOB1")]
-    [(1, [[0, 1, 0], [1, 1, 0]]), (0, [[1, 0, 0], [0, 0, 1], [1, 1, 0]])]
+    >>> _span_encodings(Span("X", 1, 2), 3, {"O": 0, "B-X": 1, "I-X": 2}, "IOB1")
+    [(1, [(1,), (0, 1)]), (0, [(0,), (2,), (0, 1)])]
     """
     continuing = _CONTINUE[scheme]
     prefixes = ("B", "I") if scheme != "BIOES" else ("B", "I", "E", "S")
+    own = {p: tag_index[f"{p}-{span.type}"] for p in prefixes if f"{p}-{span.type}" in tag_index}
 
-    def ids(allowed_prefixes: Sequence[str]) -> list[int]:
-        return [tag_index[f"{p}-{span.type}"] for p in allowed_prefixes if f"{p}-{span.type}" in tag_index]
+    def all_but(excluded: Sequence[str]) -> tuple[int, ...]:
+        banned = {own[p] for p in excluded if p in own}
+        return tuple(i for i in range(len(tag_index)) if i not in banned)
 
     n = span.end - span.start
     firsts = prefixes if n == 1 else _OPEN
@@ -205,23 +213,16 @@ def _span_encodings(span: Any, length: int, tag_index: dict[str, int], scheme: s
     for first in firsts:
         for last in lasts:
             closing = first if last is None else last
-            if not ids([first]) or not ids([closing]):
+            if first not in own or closing not in own or (n > 2 and "I" not in own):
                 continue
             before = span.start > 0 and first in continuing  # no open span of the type may precede
             after = span.end < length and closing in _OPEN  # the next tag may not continue it
-            offset = int(before)
-            allowed = torch.zeros(n + offset + int(after), len(tag_index), dtype=torch.bool)
-            allowed[offset, ids([first])] = True
-            allowed[offset + 1 : offset + n - 1, ids(["I"])] = True  # continues and stays open
-            if last is not None:
-                allowed[offset + n - 1, ids([last])] = True
+            window = [(own[first],)] + [(own["I"],)] * (n - 2) + ([(own[last],)] if last is not None else [])
             if before:
-                allowed[0] = True
-                allowed[0, ids(_OPEN)] = False
+                window.insert(0, all_but(_OPEN))
             if after:
-                allowed[-1] = True
-                allowed[-1, ids(continuing)] = False
-            encodings.append((span.start - offset, allowed))
+                window.append(all_but(continuing))
+            encodings.append((span.start - int(before), window))
     return encodings
 
 
