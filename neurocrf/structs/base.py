@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from neurocrf.structs.chain import Chain, path_score
+from neurocrf.structs.distribution import ChainDistribution
 from neurocrf.structs.export import ViterbiDecoder, refuse_capture
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
@@ -238,7 +239,12 @@ class ChainCRF(nn.Module):
                 tags per position (partial annotation: the likelihood sums over every sequence they admit).
             mask: ``[batch, seq_len]`` bool.
             reduction: ``"none"`` (``[batch]``), ``"sum"``, ``"mean"`` (over rows) or ``"token_mean"``
-                (sum divided by the number of True mask positions).
+                (sum divided by the number of True mask positions). An empty batch gives 0.
+
+        A row that no tag sequence can take (every path meets a ``-inf`` score, e.g. all ``-inf``
+        emissions at a position, or emissions that allow only forbidden transitions) has NLL
+        ``+inf`` and zero gradients; any reduction over it is ``+inf`` too, while the gradients of
+        the other rows stay as they are.
         """
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
@@ -253,13 +259,14 @@ class ChainCRF(nn.Module):
         else:
             states = self._gold_states(self._gather_positions(tags, order, width))
             numerator = path_score(*potentials, state_emissions, states, lengths)
-        nll = log_z - numerator
+        # no valid path: log Z = numerator = -inf; the where also keeps NaN out of the gradients
+        nll = torch.where(torch.isneginf(log_z), torch.full_like(log_z, float("inf")), log_z - numerator)
         if reduction == "none":
             return nll
         if reduction == "sum":
             return nll.sum()
         if reduction == "mean":
-            return nll.mean()
+            return nll.sum() / max(nll.shape[0], 1)
         return nll.sum() / mask.sum().clamp(min=1)
 
     @_float_math
@@ -327,7 +334,8 @@ class ChainCRF(nn.Module):
 
         Returns:
             tags ``[batch, k, seq_len]`` (-1 at masked positions and for missing paths) and their
-            log-probabilities ``[batch, k]`` (``-inf`` where a row has fewer than ``k`` paths).
+            log-probabilities ``[batch, k]`` (``-inf`` where a row has fewer than ``k`` paths; all
+            ``-inf`` for a row without any valid path).
         """
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
         with torch.no_grad():
@@ -338,30 +346,58 @@ class ChainCRF(nn.Module):
         tags = self._state_to_tag(states).reshape(batch * k, width)
         order_k = None if order is None else order.repeat_interleave(k, dim=0)
         tags = self._scatter_positions(tags, order_k, width, -1, emissions.shape[1])
-        return tags.view(batch, k, -1), scores - log_z.unsqueeze(1)
+        log_probs = torch.where(torch.isneginf(scores), scores, scores - log_z.unsqueeze(1))
+        return tags.view(batch, k, emissions.shape[1]), log_probs
 
     @_float_math
     def marginals(self, emissions: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Token posteriors ``P(tag at t)`` ``[batch, seq_len, num_tags]`` (0 at masked positions).
+        """Token posteriors ``P(tag at t)`` ``[batch, seq_len, num_tags]`` (0 at masked positions and
+        in rows without a valid path).
 
-        Not differentiable; the gradient of :meth:`log_partition` with respect to the emissions is
-        the same quantity."""
+        The gradient of :meth:`log_partition` with respect to the emissions. Differentiable when
+        grad mode is on and the emissions or the layer's parameters require grad (then computed
+        by autograd with ``create_graph=True``: slower, graph memory O(B T |S| C)); under
+        ``torch.no_grad()`` it runs the fast forward-backward pass.
+
+        >>> from neurocrf.structs import LinearChainCRF
+        >>> crf, emissions = LinearChainCRF(3), torch.randn(2, 4, 3, requires_grad=True)
+        >>> crf.marginals(emissions).sum(-1)[0, 0].backward()  # d(sum of probabilities = 1) = 0
+        >>> bool(emissions.grad.abs().max() < 1e-5)
+        True
+        """
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
         state_emissions = self._state_emissions(compact)
-        if self._use_parallel(state_emissions):
+        graph_needed = torch.is_grad_enabled() and any(x.requires_grad for x in (state_emissions, *potentials))
+        if graph_needed or self._use_parallel(state_emissions):
             with torch.enable_grad():
-                leaf = state_emissions.detach().requires_grad_(True)
-                graph = Chain(*(p.detach() for p in potentials), leaf, lengths)
-                (state_marg,) = torch.autograd.grad(graph.parallel_log_partition().sum(), leaf)
+                leaf = state_emissions
+                if not (graph_needed and leaf.requires_grad):
+                    leaf = state_emissions.detach().requires_grad_()
+                if not graph_needed:
+                    potentials = tuple(p.detach() for p in potentials)
+                log_z = self._log_partition_compact(potentials, leaf, lengths)
+                (state_marg,) = torch.autograd.grad(log_z.sum(), leaf, create_graph=graph_needed)
         else:
             with torch.no_grad():
                 state_marg = Chain(*potentials, state_emissions, lengths).marginals()
         batch = emissions.shape[0]
-        flat = state_marg.reshape(batch, width, -1)
+        flat = state_marg.reshape(batch, width, self.num_states())
         tag_marg = flat.new_zeros(batch, width, self.num_tags + 1)
         tag_marg.index_add_(2, self.state_labels.clamp(max=self.num_tags), flat)
         tag_marg = tag_marg[..., : self.num_tags]
         return self._scatter_positions(tag_marg, order, width, 0.0, emissions.shape[1])
+
+    @_float_math
+    def distribution(self, emissions: Tensor, mask: Tensor | None = None) -> ChainDistribution:
+        """The distribution over tag sequences as an object: log partition, ``log_prob``, marginals,
+        edge marginals, entropy, cross-entropy, KL, exact samples, argmax and top-k (see
+        :class:`~neurocrf.structs.distribution.ChainDistribution`).
+
+        Args:
+            emissions: ``[batch, seq_len, num_tags]`` scores.
+            mask: ``[batch, seq_len]`` bool; the chain runs over the True positions of each row.
+        """
+        return ChainDistribution(self, emissions, mask)
 
     def num_states(self) -> int:
         return math.prod(self._state_shape())

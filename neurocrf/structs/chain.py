@@ -22,7 +22,13 @@ The log partition and marginals run a rescaled forward-backward in float64 proba
 log-space computation (see :class:`_ExpScan`), and the float64 log-space scan otherwise.
 
 Time O(T |S| C) per row for every quantity; training memory O(B T |S|): the hand-written backward
-pass keeps the forward scores only, never a graph of ``[B, T, |S|, C]`` intermediates.
+pass keeps the forward scores only, never a graph of ``[B, T, |S|, C]`` intermediates. Only when
+that backward pass is itself differentiated (``create_graph=True``: gradients of marginals or of
+an entropy, Hessian-vector products) does autograd run through a log-space scan
+(:func:`autograd_log_partition`), which gives derivatives of every order at that memory cost.
+
+Empty batches and rows of length 0 are valid everywhere. A row without any path of finite score
+has log partition ``-inf``, zero marginals and gradients, and Viterbi states -1.
 """
 
 from __future__ import annotations
@@ -198,13 +204,18 @@ class Chain:
 
     # --- log semiring ---------------------------------------------------------------------------
     def log_partition(self) -> Tensor:
-        """``[batch]`` log partition function (differentiable, hand-written backward)."""
+        """``[batch]`` log partition function (differentiable to any order: a hand-written first
+        derivative, and autograd through a log-space scan when a graph of it is asked for)."""
         start, moves, end, emissions = self._originals
+        if self.batch == 0:
+            return autograd_log_partition(start, moves, end, emissions, self.lengths)
         log_z = _LogPartition.apply(start, moves, end, emissions, self.lengths, self.step_spread())
         return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))  # exactly 0 for empty rows
 
     def marginals(self) -> Tensor:
         """``[batch, seq_len, |S|]`` posteriors of the original flat states (0 past each length)."""
+        if self.batch == 0 or self.seq_len == 0:
+            return self._originals[3].new_zeros(self.batch, self.seq_len, self.original_states)
         scan = _ExpScan.attempt(self.start, self.transitions, self.emissions, self.step_spread())
         if scan is not None and scan.backward_ok():
             marg = scan.node_marginals()
@@ -280,8 +291,10 @@ class Chain:
         pointers = []
         for t in range(1, len(moves)):
             score, pointer = (score.unsqueeze(-1) + moves[t]).max(dim=1)
-            pointers.append(pointer.reshape(batch, -1))
-        best_score, state = score.reshape(batch, -1).max(dim=1, keepdim=True)
+            pointers.append(pointer.flatten(1))
+        if batch == 0:
+            return self.lengths.new_zeros(0, self.seq_len), score.new_zeros(0)
+        best_score, state = score.flatten(1).max(dim=1, keepdim=True)
         if not pointers:
             return self._map_states(state.new_zeros(batch, 0)), best_score.squeeze(1)
         # flat source state (a, *r) of flat destination (*r, c) reached from a
@@ -292,7 +305,8 @@ class Chain:
         for t in range(previous.shape[0] - 1, -1, -1):
             state = previous[t].gather(1, state)
             path.append(state)
-        return self._map_states(torch.cat(path[::-1], dim=1)), best_score.squeeze(1)
+        states = self._map_states(torch.cat(path[::-1], dim=1))
+        return states.masked_fill(torch.isneginf(best_score), -1), best_score.squeeze(1)  # -1: no valid path
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor]:
         """The k best paths: original flat states ``[batch, k, seq_len]`` and scores ``[batch, k]``.
@@ -301,6 +315,8 @@ class Chain:
         """
         semiring = KMaxSemiring(k)
         steps, batch = self.seq_len + 1, self.batch
+        if batch == 0:
+            return self.lengths.new_zeros(0, k, self.seq_len), self.emissions.new_zeros(0, k)
         num_states = (self.size + 1) ** self.order
         pointers = torch.empty((steps, batch, num_states, k), dtype=torch.long, device=self.emissions.device)
         score = self.emissions.new_full(self.emissions.shape[1:] + (k,), NEG_INF)
@@ -346,7 +362,8 @@ class Chain:
                 steps = torch.cat([steps, identity.expand(1, self.batch, width, width)], dim=0)
             steps = _log_matmul(steps[0::2], steps[1::2])
         alpha = start + emissions[0]
-        alpha = LogSemiring.plus(alpha.unsqueeze(-1) + steps[0], dim=1)
+        if steps.shape[0]:  # none at seq_len 0, where every row starts in END
+            alpha = LogSemiring.plus(alpha.unsqueeze(-1) + steps[0], dim=1)
         log_z = LogSemiring.plus(alpha, dim=1)
         return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))
 
@@ -372,7 +389,7 @@ def _backward_scores(transitions: Tensor, emissions: Tensor) -> Tensor:
 
 
 def _log_partition_from(alphas: Tensor) -> Tensor:
-    return LogSemiring.plus(alphas[-1].reshape(alphas.shape[1], -1), dim=1)
+    return LogSemiring.plus(alphas[-1].flatten(1), dim=1)
 
 
 def _finite_log_z(log_z: Tensor) -> tuple[Tensor, Tensor]:
@@ -414,37 +431,64 @@ def _edge_marginal_sum(transitions: Tensor, emissions: Tensor, alphas: Tensor, b
     return total
 
 
+def autograd_log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
+                           ) -> Tensor:
+    """``[batch]`` log Z by a float64 log-space scan built from differentiable ops only.
+
+    Autograd differentiates it to any order (rows without a valid path give ``-inf`` and zero
+    gradients, never NaN), at the price of a graph of ``[B, T, |S|, C]`` intermediates: the
+    layers use it for higher derivatives (``create_graph=True``) and empty batches, not for training.
+    """
+    dtype = emissions.dtype
+    start, moves, emissions = (x.to(torch.float64) for x in _augment(start, transitions, end, emissions, lengths))
+    alpha = start + emissions[0]
+    for t in range(1, emissions.shape[0]):
+        alpha = LogSemiring.plus(alpha.unsqueeze(-1) + _moves_into(moves, emissions, t), dim=1) + emissions[t]
+    log_z = LogSemiring.plus(alpha.flatten(1), dim=1)
+    return torch.where(lengths > 0, log_z, torch.zeros_like(log_z)).to(dtype)
+
+
 class _LogPartition(torch.autograd.Function):
     """log Z with a hand-written forward-backward gradient: d log Z / d potentials = marginals.
 
     Runs the rescaled exp-space scan when :class:`_ExpScan` can certify it exact, else the log-space
     scan. Both compute in float64: the log-space scan is taken exactly when scores are large, where
     float32 would lose the marginals' precision.
+
+    The hand-written gradient is a constant of the graph. When the backward pass itself is
+    differentiated (``create_graph=True``: gradients of marginals, Hessian-vector products), the
+    gradient is instead taken by autograd through :func:`autograd_log_partition`, whose graph
+    supports any order of differentiation.
     """
 
     @staticmethod
     def forward(ctx, start, transitions, end, emissions, lengths, step_spread):  # type: ignore[override]
         ctx.input_dtype = emissions.dtype
         ctx.shape = (transitions.shape[-1], start.dim())
+        ctx.lengths = lengths
+        originals = (start, transitions, end, emissions)
         start, transitions, emissions = _augment(start, transitions, end, emissions, lengths)
         scan = _ExpScan.attempt(start, transitions, emissions, step_spread)
         ctx.scan = scan
         if scan is not None:
-            ctx.save_for_backward(start, transitions, emissions)
+            ctx.save_for_backward(*originals, start, transitions, emissions)
             return scan.log_z.to(ctx.input_dtype)
         start, transitions, emissions = (x.to(torch.float64) for x in (start, transitions, emissions))
         alphas = _forward_scores(start, transitions, emissions)
         log_z = _log_partition_from(alphas)
-        ctx.save_for_backward(transitions, emissions, alphas, log_z)
+        ctx.save_for_backward(*originals, transitions, emissions, alphas, log_z)
         return log_z.to(ctx.input_dtype)
 
     @staticmethod
     def backward(ctx, grad_log_z):  # type: ignore[override]
+        originals, saved = ctx.saved_tensors[:4], ctx.saved_tensors[4:]
+        if torch.is_grad_enabled():  # create_graph: the gradient must itself be differentiable
+            return *_differentiable_gradients(originals, ctx.needs_input_grad[:4], ctx.lengths, grad_log_z), None, None
         scan = ctx.scan
         need_moves = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
         grads = None
         if scan is not None:
-            start, transitions, emissions = ctx.saved_tensors
+            start, transitions, emissions = saved
             if scan.backward_ok():
                 grads = scan.gradients(grad_log_z.to(torch.float64), need_moves)
             else:
@@ -452,7 +496,7 @@ class _LogPartition(torch.autograd.Function):
                 alphas = _forward_scores(start, transitions, emissions)
                 log_z = _log_partition_from(alphas)
         else:
-            transitions, emissions, alphas, log_z = ctx.saved_tensors
+            transitions, emissions, alphas, log_z = saved
         if grads is None:
             nd = emissions.dim() - 2
             grad_log_z = grad_log_z.to(torch.float64)
@@ -464,6 +508,20 @@ class _LogPartition(torch.autograd.Function):
             grads = (weighted[0].sum(0), grad_moves, weighted)
         originals = _original_gradients(*ctx.shape, *grads)
         return *(None if g is None else g.to(ctx.input_dtype) for g in originals), None, None
+
+
+def _differentiable_gradients(originals: tuple[Tensor, ...], needed: tuple[bool, ...], lengths: Tensor,
+                              grad_log_z: Tensor) -> list[Tensor | None]:
+    """Gradients of ``sum_b grad_log_z[b] * log Z[b]`` for start, transitions, end and emissions
+    (None where not ``needed``) as a graph that autograd differentiates again."""
+    wanted = [x for x, need in zip(originals, needed) if need]
+    grads = iter(torch.autograd.grad(autograd_log_partition(*originals, lengths), wanted, grad_log_z,
+                                     create_graph=True, allow_unused=True) if wanted else ())
+    out = []
+    for x, need in zip(originals, needed):
+        grad = next(grads) if need else None
+        out.append(torch.zeros_like(x) if need and grad is None else grad)
+    return out
 
 
 _BLOCK_BUDGET = 300.0  # nats that all positions of one block together may move a state

@@ -29,8 +29,10 @@ class LogSemiring:
         peak = scores.amax(dim=dim, keepdim=True).detach()
         peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
         total = torch.exp(scores - peak).sum(dim=dim)
-        tiny = torch.finfo(total.dtype).tiny
-        log_total = torch.where(total > 0, torch.log(total.clamp(min=tiny)), torch.full_like(total, float("-inf")))
+        some = total > 0
+        # log(1) on the empty sums: finite derivatives of every order, zeroed by the where
+        log_total = torch.where(some, torch.log(torch.where(some, total, torch.ones_like(total))),
+                                torch.full_like(total, float("-inf")))
         return log_total + peak.squeeze(dim)
 
 
