@@ -35,7 +35,7 @@ configurations are interleaved inside a round. One warm-up chunk per side and co
 counted. Reported: the median over rounds of sentences/s (and tokens/s), their ratio, and the
 median of the per-round ratios (same batches: robust to load that drifts during the run).
 
-flair runs in a persistent subprocess (``--flair-python``, default ``/root/venv_flair/bin/python``
+flair runs in a persistent subprocess (``--flair-python``, default ``$FLAIR_PYTHON``
 if it exists, else this interpreter), because flair pins ``transformers<5``; all processes use
 ``--threads`` torch threads. ``--baseline FOLDER`` also times the neurocrf package found in FOLDER
 (e.g. an older checkout) in a third subprocess, in the same rounds. Results: docs/benchmarks.md.
@@ -66,7 +66,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("NEUROCRF_DATA", ROOT.parent / "shared" / "data"))
-DEFAULT_FLAIR_PYTHON = "/root/venv_flair/bin/python"
+DEFAULT_FLAIR_PYTHON = os.environ.get("FLAIR_PYTHON", "")
 CHAR_DIM = 25
 CHAR_HIDDEN = 25
 LR, MOMENTUM, CLIP, DROPOUT = 0.01, 0.9, 5.0, 0.5
@@ -431,7 +431,7 @@ def benchmark(args: argparse.Namespace) -> str:
 
     side = NeurocrfSide(args, tokens, tags)
     workdir = Path(tempfile.mkdtemp(prefix="bench_train_"))
-    python = args.flair_python or (DEFAULT_FLAIR_PYTHON if Path(DEFAULT_FLAIR_PYTHON).exists() else sys.executable)
+    python = args.flair_python or (DEFAULT_FLAIR_PYTHON if DEFAULT_FLAIR_PYTHON and Path(DEFAULT_FLAIR_PYTHON).exists() else sys.executable)
     setup = flair_setup(args, side, tokens, tags, workdir)
     workers = {"flair": Worker("flair", python, setup, args.threads)}
     info = workers["flair"].info

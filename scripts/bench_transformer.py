@@ -20,6 +20,9 @@ per-round time ratios (robust to load that drifts during the run).
   context), ``use_rnn=False``, ``use_crf=True``: one step of ``ModelTrainer``'s batch loop
   (``zero_grad``, ``forward_loss``, ``backward``, ``clip_grad_norm_(5.0)``, ``AdamW.step``) and
   ``predict`` with ``mini_batch_size=--batch-size``.
+- ``--bucket``: neurocrf trains on each round's sentences in length-sorted batches (what its
+  default bucketing sampler does), flair on the random ones (its default): the same sentences per
+  round, each library's own batching.
 - **CRF share**: the CRF NLL forward + backward alone on the emissions of the same batches, as a
   fraction of neurocrf's training step.
 
@@ -326,7 +329,14 @@ def benchmark(args: argparse.Namespace) -> str:
     times: dict[str, list[float]] = {side: [] for side in sides}
     optimizer_step = []
 
+    def bucketed(chunk: list[list[int]]) -> list[list[int]]:
+        """The chunk's sentences sorted by length and cut again (what neurocrf's bucketing sampler does)."""
+        ordered = sorted((i for batch in chunk for i in batch), key=lambda i: len(sentences[i][0]))
+        return [ordered[k : k + args.batch_size] for k in range(0, len(ordered), args.batch_size)]
+
     def run(side: str, chunk: list[list[int]]) -> float:
+        if args.bucket and side in ("train", "bare_train", "crf"):
+            chunk = bucketed(chunk)
         if side == "train":
             return sum(ours.train_step(b) for b in chunk)
         if side == "bare_train":
@@ -369,7 +379,8 @@ def report(args: argparse.Namespace, times: dict[str, list[float]], optimizer_st
         f"Machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}, torch {torch.__version__};"
         f" device {args.device}, precision {args.precision}, torch threads {args.threads}",
         f"Data: {count} NCBI-disease training sentences per round ({batches} batches of {args.batch_size}),"
-        f" {len(times['train'])} timed rounds; model {args.model}",
+        f" {len(times['train'])} timed rounds; model {args.model}"
+        + ("; neurocrf's training batches length-bucketed, flair's random" if args.bucket else "; identical batches"),
     ]
     if flair_info:
         lines.append(f"flair side: flair {flair_info['flair']}, torch {flair_info['torch']}, threads {flair_info['threads']}")
@@ -423,6 +434,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches-per-round", type=int, default=0, help="0: the data split evenly over the rounds")
+    parser.add_argument("--bucket", action="store_true",
+                        help="neurocrf trains on each round's sentences in length-sorted batches (its default"
+                             " sampler's effect); flair keeps the random batches (its default)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
