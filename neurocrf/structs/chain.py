@@ -33,6 +33,7 @@ import math
 import torch
 from torch import Tensor
 
+from neurocrf.structs import fast_first_order
 from neurocrf.structs.semiring import KMaxSemiring, LogSemiring
 
 NEG_INF = float("-inf")
@@ -200,11 +201,31 @@ class Chain:
     def log_partition(self) -> Tensor:
         """``[batch]`` log partition function (differentiable, hand-written backward)."""
         start, moves, end, emissions = self._originals
+        # >>> fast path: first order with shared transitions (fast_first_order), when certified
+        if self._fast_first_order():
+            log_z = fast_first_order.log_partition(
+                start, moves, end, emissions, self.lengths, self.step_spread(),
+                lambda *potentials: _LogPartition.apply(*potentials, self.lengths, self.step_spread()))
+            if log_z is not None:
+                return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))
+        # <<< fast path
         log_z = _LogPartition.apply(start, moves, end, emissions, self.lengths, self.step_spread())
         return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))  # exactly 0 for empty rows
 
+    def _fast_first_order(self) -> bool:
+        """Whether :mod:`~neurocrf.structs.fast_first_order` may be tried on this chain."""
+        return fast_first_order.applies(self.order, self.per_position, self.batch, self.seq_len, self.step_spread())
+
     def marginals(self) -> Tensor:
         """``[batch, seq_len, |S|]`` posteriors of the original flat states (0 past each length)."""
+        # >>> fast path: first order with shared transitions (fast_first_order), when certified
+        if self._fast_first_order():
+            with torch.no_grad():
+                fast = fast_first_order.forward_backward(*self._originals, self.lengths, self.step_spread())
+                marg = fast.node_marginals() if fast.ok else None
+                if marg is not None:
+                    return marg.to(self._originals[3].dtype)
+        # <<< fast path
         scan = _ExpScan.attempt(self.start, self.transitions, self.emissions, self.step_spread())
         if scan is not None and scan.backward_ok():
             marg = scan.node_marginals()
@@ -273,6 +294,10 @@ class Chain:
 
     def viterbi(self) -> tuple[Tensor, Tensor]:
         """Best path: original flat states ``[batch, seq_len]`` (-1 past each length), scores ``[batch]``."""
+        # >>> fast path: first order with shared transitions (fast_first_order)
+        if self.order == 1 and not self.per_position and self.batch > 0 and self.seq_len > 0:
+            return fast_first_order.viterbi(*self._originals, self.lengths)
+        # <<< fast path
         batch, width = self.batch, self.size + 1
         # moves[t][b, a, *r, c] = W[(t, b,) a, *r, c] + E[t, b, *r, c]: one add and one max per position
         moves = (self.transitions + self.emissions.unsqueeze(2)).unbind(0)

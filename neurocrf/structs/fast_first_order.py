@@ -1,0 +1,308 @@
+"""Fast exact inference for first-order chains with shared transitions (the common training case).
+
+At CRF-sized problems (tens of positions, a few dozen rows, ten to twenty tags) a scan step does a
+few thousand multiply-adds, so time goes to dispatching tensor operations, not to arithmetic. This
+module takes :class:`~neurocrf.structs.chain.Chain`'s place for first-order chains with one
+transition matrix when it can certify the result, and spends as few operations per position as
+possible:
+
+* the forward and backward scans are one batched matrix-vector product per position (every
+  position's matrix ``M_t = expW' * expE'_t`` is built for all positions at once, with the absorbing
+  END state of :mod:`~neurocrf.structs.chain` so that rows of any length run the same steps);
+* they rescale only every ``K`` positions, and a check after the scan certifies that no value
+  underflowed or overflowed (see :func:`_certified`); otherwise the caller's general path runs;
+* node marginals are normalised per position by ``sum_s alpha_t(s) beta_t(s)``, edge marginals by
+  the same sums, so no log-scale bookkeeping is needed for the gradient;
+* Viterbi runs two operations per position (add, max), recovers all back-pointers in one
+  vectorised pass from the stored scores, and backtracks by pointer doubling (``log2 T`` gathers).
+
+An optional compiled kernel (:mod:`neurocrf.structs.fast_kernel`) replaces the Python loops when a
+C++ compiler is available and the user enables it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from neurocrf.structs import fast_kernel
+
+# Largest step spread (nats) this path accepts; see _certified for why 200 keeps a margin.
+_SPREAD_LIMIT = 200.0
+_SCALE_BUDGET = 200.0  # nats one unrescaled stretch of positions may move the values
+_MAX_LOG = 300.0  # stored row maxima must lie in [exp(-300), exp(300)]
+_RELATIVE_LOG = 400.0  # nonzero stored values must be >= row max * exp(-(400 - spread))
+_REPRESENTABLE = 700.0  # nats below 1 that float64 still holds as a normal number
+
+
+def applies(order: int, per_position: bool, batch: int, seq_len: int, step_spread: float) -> bool:
+    """Whether the fast path may be tried: first order, shared transitions, a nonempty batch and
+    a spread small enough for the certificate."""
+    return order == 1 and not per_position and batch > 0 and seq_len > 0 and step_spread <= _SPREAD_LIMIT
+
+
+def rescale_interval(step_spread: float) -> int:
+    """Positions between two rescalings: values move at most ``step_spread`` nats per position."""
+    return max(1, int(_SCALE_BUDGET // max(step_spread, 1e-6)))
+
+
+def _certified(values: Tensor, step_spread: float) -> bool:
+    """Check the stored scan values ``[T + 1, B, S']`` (the inputs of every step).
+
+    If every row maximum ``m`` lies in ``[exp(-300), exp(300)]`` and every nonzero value is at
+    least ``m exp(-(400 - d))`` (``d`` the step spread), every product ``value * M_t[i, j]`` with a
+    finite potential is at least ``exp(-700)`` (finite matrix entries are at least ``exp(-d)``):
+    no term underflows to zero or to a subnormal, and no sum overflows. The scan then equals the
+    log-space scan up to float64 rounding. NaN (no valid path at a position) fails the check.
+    """
+    high = values.amax(-1)
+    low = torch.where(values > 0, values, math.inf).amin(-1)
+    ok = (high >= math.exp(-_MAX_LOG)) & (high <= math.exp(_MAX_LOG))
+    ok &= low >= high * math.exp(-(_RELATIVE_LOG - step_spread))
+    return bool(ok.all())
+
+
+class ForwardBackward:
+    """Rescaled forward (and, on demand, backward) scan of a first-order chain in float64.
+
+    Args:
+        start, transitions, end: ``[S]``, ``[S, S]``, ``[S]`` scores (any float dtype).
+        emissions: ``[B, T, S]`` compacted emissions.
+        lengths: ``[B]`` valid positions per row.
+        step_spread: :meth:`Chain.step_spread` of these potentials.
+
+    After construction ``ok`` says whether the forward scan is certified; ``log_z`` is ``[B]``.
+    """
+
+    def __init__(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+                 step_spread: float) -> None:
+        f64 = torch.float64
+        batch, steps, size = emissions.shape
+        self.size, self.steps, self.spread = size, steps, step_spread
+        self.interval = rescale_interval(step_spread)
+        em = emissions.detach().to(f64).transpose(0, 1)  # [T, B, S]
+        active = torch.arange(steps, device=em.device).unsqueeze(1) < lengths  # [T, B]
+        shift = em.amax(-1, keepdim=True)  # [T, B, 1]
+        # probs[t, b] = exp(emissions - shift) over the tags and 0 for END while active, else only END
+        probs = em.new_zeros(steps + 1, batch, size + 1)
+        probs[:steps, :, :size] = torch.where(active.unsqueeze(-1), torch.exp(em - shift), 0.0)
+        probs[:steps, :, size] = ~active
+        probs[steps, :, size] = 1.0
+        moves = em.new_zeros(size + 1, size + 1)  # exp of the END-augmented transition scores
+        moves[:size, :size] = transitions.detach().to(f64).exp()
+        moves[:size, size] = end.detach().to(f64).exp()
+        moves[size, size] = 1.0
+        self.probs, self.moves = probs, moves
+        self.log_shift = torch.where(active, shift.squeeze(-1), 0.0).sum(0)  # [B]
+
+        # alpha_t = (alpha_{t-1} @ moves) * probs_t, rescaled to row maximum 1 every `interval` steps
+        alphas = em.new_empty(steps + 1, batch, size + 1)
+        rows, weights = alphas.unbind(0), probs.unbind(0)
+        rows[0][:, :size] = start.detach().to(f64).exp()
+        rows[0][:, size] = 1.0
+        rows[0].mul_(weights[0])
+        log_scale = em.new_zeros(batch)
+        interval = self.interval
+        for t in range(1, steps + 1):
+            torch.mm(rows[t - 1], moves, out=rows[t])
+            rows[t].mul_(weights[t])
+            if t % interval == 0 and t < steps:
+                peak = rows[t].amax(-1, keepdim=True)
+                rows[t].div_(peak)
+                log_scale += torch.log(peak.squeeze(-1))
+        self.alphas = alphas
+        self.ok = _certified(alphas, step_spread)
+        self.log_z = torch.log(alphas[steps, :, size]) + log_scale + self.log_shift
+        self.betas: Tensor | None = None
+
+    def backward_ok(self) -> bool:
+        """Run the backward scan; False if it cannot be certified."""
+        if self.betas is None:
+            steps, interval = self.steps, self.interval
+            # beta_t = (beta_{t+1} * probs_{t+1}) @ moves^T; `after` keeps beta_t * probs_t
+            betas, after = torch.empty_like(self.alphas), torch.empty_like(self.alphas)
+            rows, weighted, weights = betas.unbind(0), after.unbind(0), self.probs.unbind(0)
+            back = self.moves.t().contiguous()
+            rows[steps].fill_(1.0)
+            weighted[steps].copy_(weights[steps])
+            divisors = []
+            for t in range(steps - 1, -1, -1):
+                torch.mm(weighted[t + 1], back, out=rows[t])
+                if (steps - t) % interval == 0 and t > 0:
+                    peak = rows[t].amax(-1, keepdim=True)
+                    rows[t].div_(peak)
+                    divisors.append((t, peak.squeeze(-1)))
+                torch.mul(rows[t], weights[t], out=weighted[t])
+            self.betas, self.after, self._divisors = betas, after, divisors
+            self._backward_ok = _certified(betas, self.spread)
+            if self._backward_ok:
+                # sums[t] = sum_s alpha_t(s) beta_t(s): Z times the rescalings of both scans up to t
+                self.sums = (self.alphas * betas).sum(-1)  # [T + 1, B]
+                self._backward_ok = bool((self.sums >= math.exp(-2 * _MAX_LOG)).all())
+        return self._backward_ok
+
+    def node_marginals(self) -> Tensor | None:
+        """``[B, T, S]`` float64 posteriors (0 past each length), or None if not certified."""
+        if not self.backward_ok():
+            return None
+        marg = self.alphas * self.betas / self.sums.unsqueeze(-1)
+        return marg[: self.steps, :, : self.size].transpose(0, 1)
+
+    def gradients(self, grad_log_z: Tensor, need_moves: bool
+                  ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor] | None:
+        """Gradients of ``sum_b grad_log_z[b] log Z[b]``: start ``[S]``, transitions ``[S, S]``,
+        end ``[S]``, emissions ``[B, T, S]`` (float64); None if the backward scan is not certified."""
+        if not self.backward_ok():
+            return None
+        size, steps = self.size, self.steps
+        weight = grad_log_z.to(torch.float64) / self.sums  # [T + 1, B]
+        marg = self.alphas * self.betas * weight.unsqueeze(-1)
+        grad_emissions = marg[:steps, :, :size].transpose(0, 1)
+        grad_start = marg[0, :, :size].sum(0)
+        if not need_moves:
+            return grad_start, None, None, grad_emissions
+        # edge(t: i -> j) = alpha_t(i) moves(i, j) probs_{t+1}(j) beta_{t+1}(j) / (sums_t * divisor_t):
+        # beta_t was divided by divisor_t after being computed from beta_{t+1}
+        weight = weight[:steps]
+        if self._divisors:
+            divisor = torch.ones_like(weight)
+            for t, peak in self._divisors:
+                divisor[t] = peak
+            weight = weight / divisor
+        left = (self.alphas[:steps] * weight.unsqueeze(-1)).reshape(-1, size + 1)
+        edges = (left.t() @ self.after[1:].reshape(-1, size + 1)).mul_(self.moves)
+        return grad_start, edges[:size, :size], edges[:size, size], grad_emissions
+
+
+class KernelForwardBackward:
+    """:class:`ForwardBackward`'s interface on the compiled kernel (:mod:`~neurocrf.structs.fast_kernel`),
+    rescaled at every position and certified by the rule of :class:`~neurocrf.structs.chain._ExpScan`."""
+
+    def __init__(self, kernel, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+                 step_spread: float) -> None:
+        self.kernel = kernel
+        self.inputs = [x.detach().to(torch.float64).contiguous() for x in (start, transitions, end, emissions)]
+        self.lengths = lengths.to(torch.long).contiguous()
+        self.danger = math.exp(-(_REPRESENTABLE - step_spread))
+        self.log_z, self.alphas, self.ok = kernel.fb_forward(*self.inputs, self.lengths, self.danger)
+
+    def gradients(self, grad_log_z: Tensor, need_moves: bool
+                  ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor] | None:
+        _, transitions, end, emissions = self.inputs
+        *grads, ok = self.kernel.fb_backward(transitions, end, emissions, self.lengths, self.alphas,
+                                             grad_log_z.to(torch.float64).contiguous(), self.danger,
+                                             math.exp(-2 * _MAX_LOG))
+        return tuple(grads) if ok else None
+
+    def node_marginals(self) -> Tensor | None:
+        grads = self.gradients(self.log_z.new_ones(self.log_z.shape), False)
+        return None if grads is None else grads[3]
+
+
+def forward_backward(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+                     step_spread: float) -> ForwardBackward | KernelForwardBackward:
+    """The compiled scan when it is on (CPU tensors), else the pure-torch one (no gradient)."""
+    with torch.no_grad():
+        kernel = fast_kernel.usable(emissions)
+        if kernel is not None:
+            return KernelForwardBackward(kernel, start, transitions, end, emissions, lengths, step_spread)
+        return ForwardBackward(start, transitions, end, emissions, lengths, step_spread)
+
+
+class FastLogPartition(torch.autograd.Function):
+    """log Z from a certified :class:`ForwardBackward`, with its forward-backward gradient.
+
+    Double backward (``create_graph=True``) recomputes the gradient through ``fallback``, the
+    general chain's differentiable log partition, so second derivatives are whatever that path
+    guarantees.
+    """
+
+    @staticmethod
+    def forward(ctx, start, transitions, end, emissions, scan, fallback):  # type: ignore[override]
+        ctx.scan, ctx.fallback = scan, fallback
+        ctx.save_for_backward(start, transitions, end, emissions)
+        return scan.log_z.to(emissions.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_log_z):  # type: ignore[override]
+        inputs = ctx.saved_tensors
+        needed = ctx.needs_input_grad[:4]
+        grads = None
+        if not torch.is_grad_enabled():
+            with torch.no_grad():
+                grads = ctx.scan.gradients(grad_log_z, needed[1] or needed[2])
+        if grads is None:
+            with torch.enable_grad():
+                chosen = [x for x, need in zip(inputs, needed) if need]
+                log_z = ctx.fallback(*inputs)
+                grads = iter(torch.autograd.grad(log_z, chosen, grad_log_z, create_graph=torch.is_grad_enabled(),
+                                                 allow_unused=True))
+            out = [next(grads) if need else None for need in needed]
+        else:
+            out = [None if g is None or not need else g.to(x.dtype) for g, need, x in zip(grads, needed, inputs)]
+        return (*out, None, None)
+
+
+def log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+                  step_spread: float, fallback) -> Tensor | None:
+    """``[B]`` log partition by the fast path, or None when it cannot be certified.
+
+    ``fallback(start, transitions, end, emissions)`` must compute the same log partition
+    differentiably (used for double backward and when the backward scan is not certified).
+    """
+    scan = forward_backward(start, transitions, end, emissions, lengths, step_spread)
+    if not scan.ok:
+        return None
+    return FastLogPartition.apply(start, transitions, end, emissions, scan, fallback)
+
+
+def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
+            ) -> tuple[Tensor, Tensor]:
+    """Best path of a first-order chain: states ``[B, T]`` (-1 past each length), scores ``[B]``.
+
+    Max-plus scan with the absorbing END state, two operations per position (the sums are those of
+    :meth:`Chain.viterbi`, so are the ties); the back-pointers are followed by pointer doubling,
+    ``log2 T`` batched gathers instead of ``T`` small ones.
+    """
+    kernel = fast_kernel.usable(emissions)
+    if kernel is not None:
+        return kernel.viterbi(*(x.contiguous() for x in (start, transitions, end, emissions)),
+                              lengths.to(torch.long).contiguous())
+    batch, steps, size = emissions.shape
+    width = size + 1
+    em = emissions.transpose(0, 1)  # [T, B, S]
+    active = torch.arange(steps, device=em.device).unsqueeze(1) < lengths  # [T, B]
+    neg = em.new_full((), -math.inf)
+    scores_in = em.new_full((steps + 1, batch, width), -math.inf)  # emissions over S' per position
+    scores_in[:steps, :, :size] = torch.where(active.unsqueeze(-1), em, neg)
+    scores_in[:steps, :, size] = torch.where(active, neg, em.new_zeros(()))
+    scores_in[steps, :, size] = 0.0
+    into = em.new_full((width, width), -math.inf)  # into[j, i]: score of the move i -> j
+    into[:size, :size] = transitions.t()
+    into[size, :size] = end
+    into[size, size] = 0.0
+    first = em.new_zeros(width)
+    first[:size] = start
+    # step[t][b, j, i] = into[j, i] + emission of j at position t + 1 (the reduced dim is last)
+    step = (into + scores_in[1:].unsqueeze(-1)).unbind(0)
+    score = first + scores_in[0]
+    pointers = torch.empty(steps, batch, width, dtype=torch.long, device=em.device)
+    pointer_rows = pointers.unbind(0)
+    best = em.new_empty(batch, width)
+    buffer = em.new_empty(batch, width, width)
+    for t in range(steps):
+        torch.add(score.unsqueeze(1), step[t], out=buffer)
+        torch.max(buffer, -1, out=(best, pointer_rows[t]))
+        score, best = best, score
+    # maps[t] sends a state at position t + 1 to its best predecessor at t; after doubling, the
+    # state at position T (END in every row) to the state at t on the best path
+    maps, span = pointers, 1
+    while span < steps:
+        maps = torch.cat([torch.gather(maps[:-span], 2, maps[span:]), maps[-span:]])
+        span *= 2
+    states = maps[:, :, size].t()  # [B, T]
+    best = score[:, size]
+    found = (states < size) & (best > -math.inf).unsqueeze(1)  # rows without any path: all -1
+    return torch.where(found, states, -1), best
