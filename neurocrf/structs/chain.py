@@ -101,17 +101,6 @@ def _state_map(size: int, order: int, device: torch.device) -> Tensor:
     return torch.where((grid < size).all(-1), original, -1).to(device)
 
 
-def _range_with_zero(scores: Tensor) -> tuple[float, float]:
-    """Largest and smallest score, ``-inf`` entries left out and 0 always in (a few passes over
-    ``scores``, no copy when none is ``-inf``). ``+inf`` or NaN give a non-finite range."""
-    if not scores.numel():
-        return 0.0, 0.0
-    high, low = float(scores.amax()), float(scores.amin())
-    if low == NEG_INF:
-        low = float(scores.masked_fill(torch.isneginf(scores), 0.0).amin())
-    return max(high, 0.0), min(low, 0.0)
-
-
 def _per_position(transitions: Tensor, emissions: Tensor) -> bool:
     """Per-position transitions (``[B, T, *S, C]``, or augmented ``[T + 1, B, *S', C']``) have
     one dimension more than the emissions (``[B, T, *S]``); shared ones (``[*S, C]``) one less."""
@@ -184,17 +173,7 @@ class Chain:
 
         ``-inf`` scores (constraints, partial labels) are exact zeros and do not count."""
         if self._spread is None:
-            start, moves, end, emissions = self._originals
-            with torch.no_grad():
-                emission_spread = 0.0
-                if emissions.numel():
-                    high = emissions.amax(-1)
-                    low = emissions.masked_fill(torch.isneginf(emissions), float("inf")).amin(-1)
-                    emission_spread = torch.where(torch.isfinite(high), high - low, torch.zeros_like(high)).amax()
-                ranges = [_range_with_zero(x) for x in (start, moves, end)]
-                high = max(high for high, _ in ranges)
-                low = min(low for _, low in ranges)
-                self._spread = float(2 * emission_spread + high - low + math.log(self.original_states + 1))
+            self._spread = fast_first_order.step_spread(*self._originals, self.original_states)
         return self._spread
 
     # --- log semiring ---------------------------------------------------------------------------
@@ -206,8 +185,8 @@ class Chain:
             log_z = fast_first_order.log_partition(
                 start, moves, end, emissions, self.lengths, self.step_spread(),
                 lambda *potentials: _LogPartition.apply(*potentials, self.lengths, self.step_spread()))
-            if log_z is not None:
-                return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))
+            if log_z is not None:  # exactly 0 for empty rows already
+                return log_z
         # <<< fast path
         log_z = _LogPartition.apply(start, moves, end, emissions, self.lengths, self.step_spread())
         return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))  # exactly 0 for empty rows
@@ -763,6 +742,10 @@ def path_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tenso
     batch, seq_len = states.shape
     if seq_len == 0:
         return emissions.new_zeros(batch)
+    # >>> fast path: first order with shared transitions (fast_first_order)
+    if start.dim() == 1 and transitions.dim() == 2 and emissions.dim() == 3:
+        return fast_first_order.path_score(start, transitions, end, emissions, states, lengths)
+    # <<< fast path
     num_components = transitions.shape[-1]
     active = _active(lengths, seq_len)
     zero = emissions.new_zeros(())

@@ -287,15 +287,16 @@ def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, 
     first[:size] = start
     # step[t][b, j, i] = into[j, i] + emission of j at position t + 1 (the reduced dim is last)
     step = (into + scores_in[1:].unsqueeze(-1)).unbind(0)
-    score = first + scores_in[0]
     pointers = torch.empty(steps, batch, width, dtype=torch.long, device=em.device)
     pointer_rows = pointers.unbind(0)
-    best = em.new_empty(batch, width)
+    scores = em.new_empty(2, batch, width)  # two alternating buffers
+    torch.add(first, scores_in[0], out=scores[0])
+    rows, wide = scores.unbind(0), scores.unsqueeze(2).unbind(0)
     buffer = em.new_empty(batch, width, width)
     for t in range(steps):
-        torch.add(score.unsqueeze(1), step[t], out=buffer)
-        torch.max(buffer, -1, out=(best, pointer_rows[t]))
-        score, best = best, score
+        torch.add(wide[t % 2], step[t], out=buffer)
+        torch.max(buffer, -1, out=(rows[1 - t % 2], pointer_rows[t]))
+    score = rows[steps % 2]
     # maps[t] sends a state at position t + 1 to its best predecessor at t; after doubling, the
     # state at position T (END in every row) to the state at t on the best path
     maps, span = pointers, 1
@@ -306,3 +307,71 @@ def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, 
     best = score[:, size]
     found = (states < size) & (best > -math.inf).unsqueeze(1)  # rows without any path: all -1
     return torch.where(found, states, -1), best
+
+
+def step_spread(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, num_states: int) -> float:
+    """:meth:`Chain.step_spread` with one device synchronisation: ``2 * emission spread + score
+    range (0 included) + log(num_states + 1)``; ``-inf`` entries do not count, ``+inf`` or NaN give
+    a non-finite result."""
+    with torch.no_grad():
+        parts = []
+        if emissions.numel():
+            high = emissions.amax(-1)
+            low = torch.where(torch.isneginf(emissions), math.inf, emissions).amin(-1)
+            parts.append(torch.where(torch.isfinite(high), high - low, 0.0).amax().to(torch.float64).view(1))
+        else:
+            parts.append(start.new_zeros(1, dtype=torch.float64))
+        scores = torch.cat([start.reshape(-1), transitions.reshape(-1), end.reshape(-1)])
+        if scores.numel():
+            parts.append(scores.amax().to(torch.float64).view(1))
+            parts.append(torch.where(torch.isneginf(scores), 0.0, scores).amin().to(torch.float64).view(1))
+        spread, high, low = (torch.cat(parts).tolist() + [0.0, 0.0])[:3]
+        return 2 * spread + max(high, 0.0) - min(low, 0.0) + math.log(num_states + 1)
+
+
+class _GoldScore(torch.autograd.Function):
+    """Score of given tag paths under a first-order chain with shared transitions; one autograd
+    node whose backward scatters the path's counts."""
+
+    @staticmethod
+    def forward(ctx, start, transitions, end, emissions, states, lengths):  # type: ignore[override]
+        batch, steps, size = emissions.shape
+        active = torch.arange(steps, device=states.device) < lengths.unsqueeze(1)  # [B, T]
+        has_any = lengths > 0
+        last = states.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+        pairs = states[:, :-1] * size + states[:, 1:]  # flat (previous, next) ids [B, T - 1]
+        ctx.save_for_backward(states, active, has_any, last, pairs)
+        ctx.shapes = (start.shape, transitions.shape, end.shape, emissions.shape)
+        zero = emissions.new_zeros(())
+        emitted = torch.where(active, emissions.gather(2, states.unsqueeze(-1)).squeeze(-1), zero).sum(1)
+        moved = torch.where(active[:, 1:], transitions.reshape(-1)[pairs], zero).sum(1)
+        ends = torch.where(has_any, start[states[:, 0]] + end[last], zero)
+        return emitted + moved + ends
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        states, active, has_any, last, pairs = ctx.saved_tensors
+        start_shape, moves_shape, end_shape, em_shape = ctx.shapes
+        need = ctx.needs_input_grad
+        grads = [None] * 6
+        row = torch.where(has_any, grad, 0.0)
+        if need[0]:
+            grads[0] = grad.new_zeros(start_shape).index_add_(0, states[:, 0], row)
+        if need[1]:
+            weights = torch.where(active[:, 1:], grad.unsqueeze(1), 0.0)
+            grads[1] = grad.new_zeros(moves_shape.numel()).index_add_(0, pairs.reshape(-1), weights.reshape(-1))
+            grads[1] = grads[1].view(moves_shape)
+        if need[2]:
+            grads[2] = grad.new_zeros(end_shape).index_add_(0, last, row)
+        if need[3]:
+            weights = torch.where(active, grad.unsqueeze(1), 0.0).unsqueeze(-1)
+            grads[3] = grad.new_zeros(em_shape).scatter_(2, states.unsqueeze(-1), weights)
+        return tuple(grads)
+
+
+def path_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, states: Tensor,
+               lengths: Tensor) -> Tensor:
+    """``[B]`` score of the state paths ``states [B, T]`` (entries past each length ignored) of a
+    first-order chain with shared transitions ``[S, S]``; same value as
+    :func:`~neurocrf.structs.chain.path_score`."""
+    return _GoldScore.apply(start, transitions, end, emissions, states, lengths)
