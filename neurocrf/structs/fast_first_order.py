@@ -180,18 +180,21 @@ class KernelForwardBackward:
     """:class:`ForwardBackward`'s interface on the compiled kernel (:mod:`~neurocrf.structs.fast_kernel`),
     rescaled at every position and certified by the rule of :class:`~neurocrf.structs.chain._ExpScan`."""
 
-    def __init__(self, kernel, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+    def __init__(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
                  step_spread: float) -> None:
-        self.kernel = kernel
-        self.inputs = [x.detach().to(torch.float64).contiguous() for x in (start, transitions, end, emissions)]
+        f64 = torch.float64
+        em = emissions.detach().to(f64)
+        shift = em.amax(-1, keepdim=True)
+        self.probs = (em - shift).exp_().contiguous()
+        self.moves, self.end = transitions.detach().to(f64).contiguous(), end.detach().to(f64).contiguous()
         self.lengths = lengths.to(torch.long).contiguous()
         self.danger = math.exp(-(_REPRESENTABLE - step_spread))
-        self.log_z, self.alphas, self.ok = kernel.fb_forward(*self.inputs, self.lengths, self.danger)
+        self.log_z, self.alphas, self.ok = fast_kernel.fb_forward(
+            start.detach().to(f64).contiguous(), self.moves, self.end, self.probs, shift, self.lengths, self.danger)
 
     def gradients(self, grad_log_z: Tensor, need_moves: bool
                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor] | None:
-        _, transitions, end, emissions = self.inputs
-        *grads, ok = self.kernel.fb_backward(transitions, end, emissions, self.lengths, self.alphas,
+        *grads, ok = fast_kernel.fb_backward(self.moves, self.end, self.probs, self.lengths, self.alphas,
                                              grad_log_z.to(torch.float64).contiguous(), self.danger,
                                              math.exp(-2 * _MAX_LOG))
         return tuple(grads) if ok else None
@@ -205,9 +208,8 @@ def forward_backward(start: Tensor, transitions: Tensor, end: Tensor, emissions:
                      step_spread: float) -> ForwardBackward | KernelForwardBackward:
     """The compiled scan when it is on (CPU tensors), else the pure-torch one (no gradient)."""
     with torch.no_grad():
-        kernel = fast_kernel.usable(emissions)
-        if kernel is not None:
-            return KernelForwardBackward(kernel, start, transitions, end, emissions, lengths, step_spread)
+        if fast_kernel.available(emissions):
+            return KernelForwardBackward(start, transitions, end, emissions, lengths, step_spread)
         return ForwardBackward(start, transitions, end, emissions, lengths, step_spread)
 
 
@@ -266,10 +268,9 @@ def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, 
     :meth:`Chain.viterbi`, so are the ties); the back-pointers are followed by pointer doubling,
     ``log2 T`` batched gathers instead of ``T`` small ones.
     """
-    kernel = fast_kernel.usable(emissions)
-    if kernel is not None:
-        return kernel.viterbi(*(x.contiguous() for x in (start, transitions, end, emissions)),
-                              lengths.to(torch.long).contiguous())
+    if fast_kernel.available(emissions):
+        return fast_kernel.viterbi(*(x.contiguous() for x in (start, transitions, end, emissions)),
+                                   lengths.to(torch.long).contiguous())
     batch, steps, size = emissions.shape
     width = size + 1
     em = emissions.transpose(0, 1)  # [T, B, S]

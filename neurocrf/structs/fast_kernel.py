@@ -1,12 +1,14 @@
-"""Optional compiled kernel for first-order chains: the forward-backward pass and Viterbi in C++.
+"""Optional compiled kernel for first-order chains: the forward-backward pass and Viterbi in C.
 
 Off by default. Turn it on with ``NEUROCRF_COMPILED_KERNEL=1`` in the environment or
-:func:`use_compiled_kernel`; the first use compiles it with ``torch.utils.cpp_extension`` (about a
-minute; cached afterwards in torch's extension directory). Without a working C++ compiler it warns
-once, says why, and :mod:`~neurocrf.structs.fast_first_order` keeps its pure-torch loops.
+:func:`use_compiled_kernel`; the first use compiles a small C file with the system C compiler
+(``$CC``, ``cc``, ``gcc`` or ``clang``; about a second) into ``~/.cache/neurocrf`` (or
+``$XDG_CACHE_HOME/neurocrf``) and loads it with :mod:`ctypes`: no torch headers, no build step at
+install time. Without a working compiler it warns once, says why, and
+:mod:`~neurocrf.structs.fast_first_order` keeps its pure-torch loops.
 
 The kernel computes what the pure-torch path computes, row by row on CPU tensors: the rescaled
-forward-backward pass in float64 (rescaled at every position, certified by the same rule as
+forward-backward pass in float64 (rescaled at every position and certified by the rule of
 :class:`~neurocrf.structs.chain._ExpScan`: every nonzero rescaled value above
 ``exp(-(700 - step_spread))``, so no finite score is lost to underflow; otherwise it reports failure
 and the caller takes the log-space path), and Viterbi with the same sums and first-index ties as
@@ -15,48 +17,46 @@ and the caller takes the log-space path), and Viterbi with the same sums and fir
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import os
+import shutil
+import subprocess
+import sysconfig
+import tempfile
 import warnings
-from types import ModuleType
+from pathlib import Path
 
 import torch
+from torch import Tensor
 
 _SOURCE = r"""
-#include <torch/extension.h>
-#include <cmath>
-#include <limits>
-#include <vector>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
-// Forward pass. Returns log Z [B], alphas [B, T, S] rescaled to row max 1, ok.
-std::tuple<torch::Tensor, torch::Tensor, bool> fb_forward(
-    torch::Tensor start, torch::Tensor trans, torch::Tensor end, torch::Tensor em, torch::Tensor lengths,
-    double danger) {
-  const int64_t B = em.size(0), T = em.size(1), S = em.size(2);
-  auto opts = em.options();
-  auto log_z = torch::zeros({B}, opts);
-  auto alphas = torch::zeros({B, T, S}, opts);
-  const double* st = start.data_ptr<double>();
-  const double* w = trans.data_ptr<double>();
-  const double* en = end.data_ptr<double>();
-  const double* e = em.data_ptr<double>();
-  const int64_t* len = lengths.data_ptr<int64_t>();
-  double* lz = log_z.data_ptr<double>();
-  double* al = alphas.data_ptr<double>();
-  std::vector<double> ew(S * S), ee(S), es(S), p(S);
-  for (int64_t i = 0; i < S * S; ++i) ew[i] = std::exp(w[i]);
-  for (int64_t i = 0; i < S; ++i) { ee[i] = std::exp(en[i]); es[i] = std::exp(st[i]); }
-  bool ok = true;
+/* Forward pass over rows b, given probs [B, T, S] = exp(emissions - shift) and shift [B, T]:
+   alphas [B, T, S] rescaled to row max 1 at every position, log Z [B].
+   Returns 1 if certified (every nonzero rescaled value above `danger`, a path in every row). */
+int fb_forward(int64_t B, int64_t T, int64_t S, const double* st, const double* w, const double* en,
+               const double* probs, const double* shifts, const int64_t* len, double danger, double* lz,
+               double* al) {
+  double* ew = malloc(sizeof(double) * (S * S + 2 * S));
+  double *ee = ew + S * S, *es = ee + S;
+  int ok = 1;
+  for (int64_t i = 0; i < S * S; ++i) ew[i] = exp(w[i]);
+  for (int64_t i = 0; i < S; ++i) { ee[i] = exp(en[i]); es[i] = exp(st[i]); }
   for (int64_t b = 0; b < B && ok; ++b) {
     const int64_t n = len[b];
+    lz[b] = 0.0;
     if (n == 0) continue;
     double total = 0.0;
     for (int64_t t = 0; t < n && ok; ++t) {
-      const double* et = e + (b * T + t) * S;
+      const double* p = probs + (b * T + t) * S;
       double* a = al + (b * T + t) * S;
-      double shift = -std::numeric_limits<double>::infinity();
-      for (int64_t k = 0; k < S; ++k) shift = std::max(shift, et[k]);
-      if (!std::isfinite(shift)) { ok = false; break; }
-      for (int64_t k = 0; k < S; ++k) p[k] = std::exp(et[k] - shift);
+      const double shift = shifts[b * T + t];
+      if (!isfinite(shift)) { ok = 0; break; }
       if (t == 0) {
         for (int64_t k = 0; k < S; ++k) a[k] = es[k] * p[k];
       } else {
@@ -65,198 +65,248 @@ std::tuple<torch::Tensor, torch::Tensor, bool> fb_forward(
         for (int64_t j = 0; j < S; ++j) {
           const double aj = prev[j];
           if (aj == 0.0) continue;
-          const double* row = ew.data() + j * S;
+          const double* row = ew + j * S;
           for (int64_t k = 0; k < S; ++k) a[k] += aj * row[k];
         }
         for (int64_t k = 0; k < S; ++k) a[k] *= p[k];
       }
       double peak = 0.0;
-      for (int64_t k = 0; k < S; ++k) peak = std::max(peak, a[k]);
-      if (!(peak > 0.0) || !std::isfinite(peak)) { ok = false; break; }
+      for (int64_t k = 0; k < S; ++k) peak = fmax(peak, a[k]);
+      if (!(peak > 0.0) || !isfinite(peak)) { ok = 0; break; }
+      const double inverse = 1.0 / peak;
       for (int64_t k = 0; k < S; ++k) {
-        a[k] /= peak;
-        if (a[k] != 0.0 && !(a[k] > danger)) ok = false;
+        a[k] *= inverse;
+        if (a[k] != 0.0 && !(a[k] > danger)) ok = 0;
       }
-      total += std::log(peak) + shift;
+      total += log(peak) + shift;
     }
     if (!ok) break;
     const double* last = al + (b * T + n - 1) * S;
     double z = 0.0;
     for (int64_t k = 0; k < S; ++k) z += last[k] * ee[k];
-    if (!(z > 0.0) || !std::isfinite(z)) { ok = false; break; }
-    lz[b] = std::log(z) + total;
+    if (!(z > 0.0) || !isfinite(z)) { ok = 0; break; }
+    lz[b] = log(z) + total;
   }
-  return {log_z, alphas, ok};
+  free(ew);
+  return ok;
 }
 
-// Backward pass: gradients of sum_b g[b] log Z[b]. Returns grad start, trans, end, emissions, ok.
-// The normalisers of node and edge marginals must exceed `floor`: terms lost to underflow are then
-// below exp(-708) / floor of them.
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, bool> fb_backward(
-    torch::Tensor trans, torch::Tensor end, torch::Tensor em, torch::Tensor lengths, torch::Tensor alphas,
-    torch::Tensor grad, double danger, double floor) {
-  const int64_t B = em.size(0), T = em.size(1), S = em.size(2);
-  auto opts = em.options();
-  auto g_start = torch::zeros({S}, opts), g_end = torch::zeros({S}, opts);
-  auto g_trans = torch::zeros({S, S}, opts), g_em = torch::zeros({B, T, S}, opts);
-  const double* w = trans.data_ptr<double>();
-  const double* en = end.data_ptr<double>();
-  const double* e = em.data_ptr<double>();
-  const int64_t* len = lengths.data_ptr<int64_t>();
-  const double* al = alphas.data_ptr<double>();
-  const double* g = grad.data_ptr<double>();
-  double* gs = g_start.data_ptr<double>();
-  double* ge = g_end.data_ptr<double>();
-  double* gw = g_trans.data_ptr<double>();
-  double* gm = g_em.data_ptr<double>();
-  std::vector<double> ew(S * S), beta(S), raw(S), q(S);
-  for (int64_t i = 0; i < S * S; ++i) ew[i] = std::exp(w[i]);
-  bool ok = true;
+/* Backward pass: gradients of sum_b g[b] log Z[b] added into gs [S], gw [S, S], ge [S], gm [B, T, S]
+   (zero-initialised by the caller). The normalisers of node and edge marginals must exceed `floor`:
+   terms lost to underflow are then below exp(-708) / floor of them. Returns 1 if certified. */
+int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* en, const double* probs,
+                const int64_t* len, const double* al, const double* g, double danger, double floor,
+                double* gs, double* gw, double* ge, double* gm) {
+  double* ew = malloc(sizeof(double) * (S * S + 3 * S));
+  double *beta = ew + S * S, *raw = beta + S, *q = raw + S;
+  int ok = 1;
+  for (int64_t i = 0; i < S * S; ++i) ew[i] = exp(w[i]);
   for (int64_t b = 0; b < B && ok; ++b) {
     const int64_t n = len[b];
     if (n == 0) continue;
     const double gb = g[b];
     double peak = 0.0;
-    for (int64_t k = 0; k < S; ++k) { beta[k] = std::exp(en[k]); peak = std::max(peak, beta[k]); }
+    for (int64_t k = 0; k < S; ++k) { beta[k] = exp(en[k]); peak = fmax(peak, beta[k]); }
+    if (!(peak > 0.0) || !isfinite(peak)) { ok = 0; break; }
     for (int64_t k = 0; k < S; ++k) beta[k] /= peak;
     for (int64_t t = n - 1; t >= 0; --t) {
       const double* a = al + (b * T + t) * S;
       double* m = gm + (b * T + t) * S;
       double d = 0.0;
       for (int64_t k = 0; k < S; ++k) d += a[k] * beta[k];
-      if (!(d > floor) || !std::isfinite(d)) { ok = false; break; }
+      if (!(d > floor) || !isfinite(d)) { ok = 0; break; }
       const double scale = gb / d;
       for (int64_t k = 0; k < S; ++k) m[k] = a[k] * beta[k] * scale;
       if (t == n - 1) for (int64_t k = 0; k < S; ++k) ge[k] += m[k];
       if (t == 0) { for (int64_t k = 0; k < S; ++k) gs[k] += m[k]; break; }
-      // q = probs_t * beta_t; raw = expW q (beta_{t-1} before rescaling); edges / sum(alpha_{t-1} raw)
-      const double* et = e + (b * T + t) * S;
-      double shift = -std::numeric_limits<double>::infinity();
-      for (int64_t k = 0; k < S; ++k) shift = std::max(shift, et[k]);
-      for (int64_t k = 0; k < S; ++k) q[k] = std::exp(et[k] - shift) * beta[k];
+      /* q = probs_t * beta_t; raw = expW q is beta_{t-1} before rescaling; edges / sum(alpha_{t-1} raw) */
+      const double* p = probs + (b * T + t) * S;
+      for (int64_t k = 0; k < S; ++k) q[k] = p[k] * beta[k];
       const double* prev = a - S;
       double dp = 0.0;
       for (int64_t j = 0; j < S; ++j) {
-        const double* row = ew.data() + j * S;
+        const double* row = ew + j * S;
         double s = 0.0;
         for (int64_t k = 0; k < S; ++k) s += row[k] * q[k];
         raw[j] = s;
         dp += prev[j] * s;
       }
-      if (!(dp > floor) || !std::isfinite(dp)) { ok = false; break; }
+      if (!(dp > floor) || !isfinite(dp)) { ok = 0; break; }
       const double edge_scale = gb / dp;
       for (int64_t j = 0; j < S; ++j) {
         const double aj = prev[j] * edge_scale;
         if (aj == 0.0) continue;
-        const double* row = ew.data() + j * S;
+        const double* row = ew + j * S;
         double* out = gw + j * S;
         for (int64_t k = 0; k < S; ++k) out[k] += aj * row[k] * q[k];
       }
       peak = 0.0;
-      for (int64_t j = 0; j < S; ++j) peak = std::max(peak, raw[j]);
-      if (!(peak > 0.0) || !std::isfinite(peak)) { ok = false; break; }
+      for (int64_t j = 0; j < S; ++j) peak = fmax(peak, raw[j]);
+      if (!(peak > 0.0) || !isfinite(peak)) { ok = 0; break; }
+      const double inverse = 1.0 / peak;
       for (int64_t j = 0; j < S; ++j) {
-        beta[j] = raw[j] / peak;
-        if (beta[j] != 0.0 && !(beta[j] > danger)) ok = false;
+        beta[j] = raw[j] * inverse;
+        if (beta[j] != 0.0 && !(beta[j] > danger)) ok = 0;
       }
     }
   }
-  return {g_start, g_trans, g_end, g_em, ok};
+  free(ew);
+  return ok;
 }
 
-// Viterbi: states [B, T] (-1 past each length and in rows without a path), best scores [B].
-template <typename scalar_t>
-void viterbi_rows(const scalar_t* st, const scalar_t* w, const scalar_t* en, const scalar_t* e, const int64_t* len,
-                  int64_t B, int64_t T, int64_t S, int64_t* out, scalar_t* best) {
-  std::vector<scalar_t> score(S), next(S);
-  std::vector<int64_t> back(T * S);
-  const scalar_t neg = -std::numeric_limits<scalar_t>::infinity();
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t n = len[b];
-    int64_t* path = out + b * T;
-    for (int64_t t = 0; t < T; ++t) path[t] = -1;
-    if (n == 0) { best[b] = 0; continue; }
-    const scalar_t* eb = e + b * T * S;
-    for (int64_t k = 0; k < S; ++k) score[k] = st[k] + eb[k];
-    for (int64_t t = 1; t < n; ++t) {
-      for (int64_t k = 0; k < S; ++k) {
-        scalar_t top = neg;
-        int64_t arg = 0;
-        bool first = true;
-        for (int64_t j = 0; j < S; ++j) {
-          const scalar_t v = score[j] + (w[j * S + k] + eb[t * S + k]);
-          if (first || v > top) { top = v; arg = j; first = false; }
-        }
-        next[k] = top;
-        back[t * S + k] = arg;
-      }
-      std::swap(score, next);
-    }
-    scalar_t top = neg;
-    int64_t arg = 0;
-    for (int64_t k = 0; k < S; ++k) {
-      const scalar_t v = score[k] + (en[k] + scalar_t(0));
-      if (k == 0 || v > top) { top = v; arg = k; }
-    }
-    best[b] = top;
-    if (!(top > neg)) continue;
-    path[n - 1] = arg;
-    for (int64_t t = n - 1; t > 0; --t) path[t - 1] = back[t * S + path[t]];
-  }
+/* Viterbi: states [B, T] (-1 past each length and in rows without a path), best scores [B]. The sums
+   are those of the torch scan, score[j] + (w[j, k] + e[t, k]), and ties go to the first index. */
+#define VITERBI(NAME, REAL)                                                                        \
+void NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const REAL* en,          \
+          const REAL* e, const int64_t* len, int64_t* out, REAL* best) {                           \
+  REAL* score = malloc(sizeof(REAL) * 2 * S);                                                      \
+  REAL* next = score + S;                                                                          \
+  int64_t* back = malloc(sizeof(int64_t) * (T > 0 ? T : 1) * S);                                   \
+  for (int64_t b = 0; b < B; ++b) {                                                                \
+    const int64_t n = len[b];                                                                      \
+    int64_t* path = out + b * T;                                                                   \
+    for (int64_t t = 0; t < T; ++t) path[t] = -1;                                                  \
+    best[b] = 0;                                                                                   \
+    if (n == 0) continue;                                                                          \
+    const REAL* eb = e + b * T * S;                                                                \
+    for (int64_t k = 0; k < S; ++k) score[k] = st[k] + eb[k];                                      \
+    for (int64_t t = 1; t < n; ++t) {                                                              \
+      for (int64_t k = 0; k < S; ++k) {                                                            \
+        REAL top = score[0] + (w[k] + eb[t * S + k]);                                              \
+        int64_t arg = 0;                                                                           \
+        for (int64_t j = 1; j < S; ++j) {                                                          \
+          const REAL v = score[j] + (w[j * S + k] + eb[t * S + k]);                                \
+          if (v > top) { top = v; arg = j; }                                                       \
+        }                                                                                          \
+        next[k] = top;                                                                             \
+        back[t * S + k] = arg;                                                                     \
+      }                                                                                            \
+      memcpy(score, next, sizeof(REAL) * S);                                                       \
+    }                                                                                              \
+    REAL top = score[0] + (en[0] + (REAL)0);                                                       \
+    int64_t arg = 0;                                                                               \
+    for (int64_t k = 1; k < S; ++k) {                                                              \
+      const REAL v = score[k] + (en[k] + (REAL)0);                                                 \
+      if (v > top) { top = v; arg = k; }                                                           \
+    }                                                                                              \
+    best[b] = top;                                                                                 \
+    if (!(top > -INFINITY)) continue;                                                              \
+    path[n - 1] = arg;                                                                             \
+    for (int64_t t = n - 1; t > 0; --t) path[t - 1] = back[t * S + path[t]];                       \
+  }                                                                                                \
+  free(score);                                                                                     \
+  free(back);                                                                                      \
 }
-
-std::tuple<torch::Tensor, torch::Tensor> viterbi(torch::Tensor start, torch::Tensor trans, torch::Tensor end,
-                                                 torch::Tensor em, torch::Tensor lengths) {
-  const int64_t B = em.size(0), T = em.size(1), S = em.size(2);
-  auto states = torch::empty({B, T}, lengths.options());
-  auto best = torch::empty({B}, em.options());
-  AT_DISPATCH_FLOATING_TYPES(em.scalar_type(), "viterbi", [&] {
-    viterbi_rows<scalar_t>(start.data_ptr<scalar_t>(), trans.data_ptr<scalar_t>(), end.data_ptr<scalar_t>(),
-                           em.data_ptr<scalar_t>(), lengths.data_ptr<int64_t>(), B, T, S,
-                           states.data_ptr<int64_t>(), best.data_ptr<scalar_t>());
-  });
-  return {states, best};
-}
+VITERBI(viterbi_f32, float)
+VITERBI(viterbi_f64, double)
 """
 
 _ENV = "NEUROCRF_COMPILED_KERNEL"
 _enabled = os.environ.get(_ENV, "").lower() in {"1", "true", "yes", "on"}
-_module: ModuleType | None = None
+_library: ctypes.CDLL | None = None
 _failed: str | None = None
+_I64, _F64, _PTR = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
 
 
 def use_compiled_kernel(enabled: bool = True) -> bool:
-    """Turn the compiled kernel on or off; returns whether it is now in use (compiles on first use,
-    warns and stays off if it cannot be built)."""
+    """Turn the compiled kernel on or off; returns whether it is now in use (builds it on first use,
+    warns once and stays on the pure-torch path if it cannot be built)."""
     global _enabled
     _enabled = enabled
-    return enabled and load() is not None
+    return enabled and _load() is not None
 
 
-def load() -> ModuleType | None:
-    """The compiled module if enabled and buildable, else None (one warning on failure)."""
-    global _module, _failed
+def _cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "neurocrf"
+
+
+def _build(target: Path) -> None:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        raise RuntimeError("no C compiler found (set CC or install gcc)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        source, library = Path(tmp) / "kernel.c", Path(tmp) / target.name
+        source.write_text(_SOURCE)
+        run = subprocess.run([compiler, "-O3", "-shared", "-fPIC", "-std=c99", str(source), "-o", str(library), "-lm"],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"{compiler} failed: {run.stderr.strip()[-500:]}")
+        os.replace(library, target)  # atomic: concurrent builders never see a partial file
+
+
+def _load() -> ctypes.CDLL | None:
+    """The compiled library if enabled and buildable, else None (one warning on failure)."""
+    global _library, _failed
     if not _enabled or _failed is not None:
         return None
-    if _module is None:
+    if _library is None:
+        digest = hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]
+        target = _cache_dir() / f"first_order_kernel_{digest}{sysconfig.get_config_var('SHLIB_SUFFIX') or '.so'}"
         try:
-            from torch.utils.cpp_extension import load_inline
-
-            _module = load_inline(name="neurocrf_first_order_kernel", cpp_sources=[_SOURCE],
-                                  functions=["fb_forward", "fb_backward", "viterbi"],
-                                  extra_cflags=["-O3"], verbose=False)
-        except Exception as error:  # no compiler, no headers, a failed build: keep the torch path
-            _failed = f"{type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}"
-            warnings.warn(f"neurocrf's compiled CRF kernel could not be built ({_failed}); "
-                          "using the pure-torch path", RuntimeWarning, stacklevel=2)
+            if not target.exists():
+                _build(target)
+            library = ctypes.CDLL(str(target))
+        except Exception as error:  # no compiler, a failed build, an unloadable library
+            _failed = f"{type(error).__name__}: {error}"
+            warnings.warn(f"neurocrf's compiled CRF kernel is unavailable ({_failed}); using the pure-torch path",
+                          RuntimeWarning, stacklevel=3)
             return None
-    return _module
+        library.fb_forward.restype = ctypes.c_int
+        library.fb_forward.argtypes = [_I64] * 3 + [_PTR] * 6 + [_F64] + [_PTR] * 2
+        library.fb_backward.restype = ctypes.c_int
+        library.fb_backward.argtypes = [_I64] * 3 + [_PTR] * 6 + [_F64] * 2 + [_PTR] * 4
+        for name in ("viterbi_f32", "viterbi_f64"):
+            getattr(library, name).restype = None
+            getattr(library, name).argtypes = [_I64] * 3 + [_PTR] * 7
+        _library = library
+    return _library
 
 
-def usable(*tensors: torch.Tensor) -> ModuleType | None:
-    """The compiled module when it is on and every tensor is on the CPU, else None."""
-    if not _enabled:
-        return None
-    if any(t.device.type != "cpu" for t in tensors):
-        return None
-    return load()
+def available(*tensors: Tensor) -> bool:
+    """Whether the kernel is on, built, and every tensor is on the CPU."""
+    return _enabled and all(t.device.type == "cpu" for t in tensors) and _load() is not None
+
+
+def fb_forward(start: Tensor, transitions: Tensor, end: Tensor, probs: Tensor, shift: Tensor, lengths: Tensor,
+               danger: float) -> tuple[Tensor, Tensor, bool]:
+    """float64 contiguous CPU inputs (``probs = exp(emissions - shift)`` ``[B, T, S]``, ``shift``
+    ``[B, T]``, int64 ``lengths``) -> log Z ``[B]``, rescaled alphas ``[B, T, S]``, certified."""
+    batch, steps, size = probs.shape
+    log_z = probs.new_empty(batch)
+    alphas = probs.new_empty(batch, steps, size)
+    ok = _library.fb_forward(batch, steps, size, start.data_ptr(), transitions.data_ptr(), end.data_ptr(),
+                             probs.data_ptr(), shift.data_ptr(), lengths.data_ptr(), danger, log_z.data_ptr(),
+                             alphas.data_ptr())
+    return log_z, alphas, bool(ok)
+
+
+def fb_backward(transitions: Tensor, end: Tensor, probs: Tensor, lengths: Tensor, alphas: Tensor, grad: Tensor,
+                danger: float, floor: float) -> tuple[Tensor, Tensor, Tensor, Tensor, bool]:
+    """Gradients of ``sum_b grad[b] log Z[b]``: start, transitions, end, emissions (float64), certified."""
+    batch, steps, size = probs.shape
+    grads = torch.zeros(size * (size + 2) + batch * steps * size, dtype=torch.float64)
+    g_start, g_moves, g_end, g_em = grads.split([size, size * size, size, batch * steps * size])
+    ok = _library.fb_backward(batch, steps, size, transitions.data_ptr(), end.data_ptr(), probs.data_ptr(),
+                              lengths.data_ptr(), alphas.data_ptr(), grad.data_ptr(), danger, floor,
+                              g_start.data_ptr(), g_moves.data_ptr(), g_end.data_ptr(), g_em.data_ptr())
+    return g_start, g_moves.view(size, size), g_end, g_em.view(batch, steps, size), bool(ok)
+
+
+def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
+            ) -> tuple[Tensor, Tensor]:
+    """Contiguous CPU inputs (float32 or float64, int64 ``lengths``) -> states ``[B, T]`` (-1 past
+    each length and in rows without a path), best scores ``[B]``."""
+    batch, steps, size = emissions.shape
+    if emissions.dtype == torch.float64:
+        function = _library.viterbi_f64
+    elif emissions.dtype == torch.float32:
+        function = _library.viterbi_f32
+    else:
+        raise ValueError(f"the compiled Viterbi takes float32 or float64, got {emissions.dtype}")
+    states = torch.empty(batch, steps, dtype=torch.long)
+    best = emissions.new_empty(batch)
+    function(batch, steps, size, start.data_ptr(), transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(),
+             lengths.data_ptr(), states.data_ptr(), best.data_ptr())
+    return states, best
