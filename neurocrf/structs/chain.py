@@ -183,7 +183,7 @@ class Chain:
         # >>> fast path: first order with shared transitions (fast_first_order), when certified
         if self._fast_first_order():
             log_z = fast_first_order.log_partition(
-                start, moves, end, emissions, self.lengths, self.step_spread(),
+                start, moves, end, emissions, self.lengths, self.step_spread,
                 lambda *potentials: _LogPartition.apply(*potentials, self.lengths, self.step_spread()))
             if log_z is not None:  # exactly 0 for empty rows already
                 return log_z
@@ -193,15 +193,15 @@ class Chain:
 
     def _fast_first_order(self) -> bool:
         """Whether :mod:`~neurocrf.structs.fast_first_order` may be tried on this chain."""
-        return fast_first_order.applies(self.order, self.per_position, self.batch, self.seq_len, self.step_spread())
+        return fast_first_order.applies(self.order, self.per_position, self.batch, self.seq_len)
 
     def marginals(self) -> Tensor:
         """``[batch, seq_len, |S|]`` posteriors of the original flat states (0 past each length)."""
         # >>> fast path: first order with shared transitions (fast_first_order), when certified
         if self._fast_first_order():
             with torch.no_grad():
-                fast = fast_first_order.forward_backward(*self._originals, self.lengths, self.step_spread())
-                marg = fast.node_marginals() if fast.ok else None
+                fast = fast_first_order.forward_backward(*self._originals, self.lengths, self.step_spread)
+                marg = None if fast is None else fast.node_marginals()
                 if marg is not None:
                     return marg.to(self._originals[3].dtype)
         # <<< fast path
@@ -274,7 +274,7 @@ class Chain:
     def viterbi(self) -> tuple[Tensor, Tensor]:
         """Best path: original flat states ``[batch, seq_len]`` (-1 past each length), scores ``[batch]``."""
         # >>> fast path: first order with shared transitions (fast_first_order)
-        if self.order == 1 and not self.per_position and self.batch > 0 and self.seq_len > 0:
+        if self._fast_first_order():
             return fast_first_order.viterbi(*self._originals, self.lengths)
         # <<< fast path
         batch, width = self.batch, self.size + 1

@@ -23,6 +23,7 @@ C++ compiler is available and the user enables it.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -34,13 +35,12 @@ _SPREAD_LIMIT = 200.0
 _SCALE_BUDGET = 200.0  # nats one unrescaled stretch of positions may move the values
 _MAX_LOG = 300.0  # stored row maxima must lie in [exp(-300), exp(300)]
 _RELATIVE_LOG = 400.0  # nonzero stored values must be >= row max * exp(-(400 - spread))
-_REPRESENTABLE = 700.0  # nats below 1 that float64 still holds as a normal number
+_TINY = math.exp(-700.0)  # a normal float64 number with a margin above the smallest one
 
 
-def applies(order: int, per_position: bool, batch: int, seq_len: int, step_spread: float) -> bool:
-    """Whether the fast path may be tried: first order, shared transitions, a nonempty batch and
-    a spread small enough for the certificate."""
-    return order == 1 and not per_position and batch > 0 and seq_len > 0 and step_spread <= _SPREAD_LIMIT
+def applies(order: int, per_position: bool, batch: int, seq_len: int) -> bool:
+    """Whether the fast path may be tried: first order, shared transitions, a nonempty batch."""
+    return order == 1 and not per_position and batch > 0 and seq_len > 0
 
 
 def rescale_interval(step_spread: float) -> int:
@@ -178,25 +178,25 @@ class ForwardBackward:
 
 class KernelForwardBackward:
     """:class:`ForwardBackward`'s interface on the compiled kernel (:mod:`~neurocrf.structs.fast_kernel`),
-    rescaled at every position and certified by the rule of :class:`~neurocrf.structs.chain._ExpScan`."""
+    rescaled at every position and certified as it runs (no step spread needed)."""
 
-    def __init__(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
-                 step_spread: float) -> None:
+    def __init__(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor) -> None:
         f64 = torch.float64
-        em = emissions.detach().to(f64)
-        shift = em.amax(-1, keepdim=True)
-        self.probs = (em - shift).exp_().contiguous()
+        self.emissions = emissions.detach().to(f64).contiguous()
+        shift = self.emissions.amax(-1, keepdim=True)
+        self.probs = (self.emissions - shift).exp_()
+        self.shift = shift.squeeze(-1)
         self.moves, self.end = transitions.detach().to(f64).contiguous(), end.detach().to(f64).contiguous()
         self.lengths = lengths.to(torch.long).contiguous()
-        self.danger = math.exp(-(_REPRESENTABLE - step_spread))
         self.log_z, self.alphas, self.ok = fast_kernel.fb_forward(
-            start.detach().to(f64).contiguous(), self.moves, self.end, self.probs, shift, self.lengths, self.danger)
+            start.detach().to(f64).contiguous(), self.moves, self.end, self.emissions, self.probs, self.shift,
+            self.lengths, _TINY)
 
     def gradients(self, grad_log_z: Tensor, need_moves: bool
                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor] | None:
-        *grads, ok = fast_kernel.fb_backward(self.moves, self.end, self.probs, self.lengths, self.alphas,
-                                             grad_log_z.to(torch.float64).contiguous(), self.danger,
-                                             math.exp(-2 * _MAX_LOG))
+        *grads, ok = fast_kernel.fb_backward(self.moves, self.end, self.emissions, self.probs, self.shift,
+                                             self.lengths, self.alphas, grad_log_z.to(torch.float64).contiguous(),
+                                             _TINY, math.exp(-2 * _MAX_LOG))
         return tuple(grads) if ok else None
 
     def node_marginals(self) -> Tensor | None:
@@ -205,12 +205,19 @@ class KernelForwardBackward:
 
 
 def forward_backward(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
-                     step_spread: float) -> ForwardBackward | KernelForwardBackward:
-    """The compiled scan when it is on (CPU tensors), else the pure-torch one (no gradient)."""
+                     step_spread: Callable[[], float]) -> ForwardBackward | KernelForwardBackward | None:
+    """The certified forward scan, compiled when the kernel is on (CPU tensors), else pure torch;
+    None when it cannot be certified. ``step_spread()`` (:meth:`Chain.step_spread`) is called only
+    by the pure-torch scan."""
     with torch.no_grad():
         if fast_kernel.available(emissions):
-            return KernelForwardBackward(start, transitions, end, emissions, lengths, step_spread)
-        return ForwardBackward(start, transitions, end, emissions, lengths, step_spread)
+            scan = KernelForwardBackward(start, transitions, end, emissions, lengths)
+        else:
+            spread = step_spread()
+            if not spread <= _SPREAD_LIMIT:  # also NaN
+                return None
+            scan = ForwardBackward(start, transitions, end, emissions, lengths, spread)
+    return scan if scan.ok else None
 
 
 class FastLogPartition(torch.autograd.Function):
@@ -248,14 +255,14 @@ class FastLogPartition(torch.autograd.Function):
 
 
 def log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
-                  step_spread: float, fallback) -> Tensor | None:
+                  step_spread: Callable[[], float], fallback: Callable[..., Tensor]) -> Tensor | None:
     """``[B]`` log partition by the fast path, or None when it cannot be certified.
 
     ``fallback(start, transitions, end, emissions)`` must compute the same log partition
     differentiably (used for double backward and when the backward scan is not certified).
     """
     scan = forward_backward(start, transitions, end, emissions, lengths, step_spread)
-    if not scan.ok:
+    if scan is None:
         return None
     return FastLogPartition.apply(start, transitions, end, emissions, scan, fallback)
 

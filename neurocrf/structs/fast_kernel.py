@@ -8,10 +8,10 @@ install time. Without a working compiler it warns once, says why, and
 :mod:`~neurocrf.structs.fast_first_order` keeps its pure-torch loops.
 
 The kernel computes what the pure-torch path computes, row by row on CPU tensors: the rescaled
-forward-backward pass in float64 (rescaled at every position and certified by the rule of
-:class:`~neurocrf.structs.chain._ExpScan`: every nonzero rescaled value above
-``exp(-(700 - step_spread))``, so no finite score is lost to underflow; otherwise it reports failure
-and the caller takes the log-space path), and Viterbi with the same sums and first-index ties as
+forward-backward pass in float64 (rescaled at every position and certified as it runs: every
+product of a nonzero rescaled value and a nonzero factor of the next step is at least
+``exp(-700)``, so no finite score is lost to underflow; otherwise it reports failure and the
+caller takes the general path), and Viterbi with the same sums and first-index ties as
 :meth:`~neurocrf.structs.chain.Chain.viterbi`.
 """
 
@@ -36,31 +36,58 @@ _SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 
-/* Forward pass over rows b, given probs [B, T, S] = exp(emissions - shift) and shift [B, T]:
-   alphas [B, T, S] rescaled to row max 1 at every position, log Z [B].
-   Returns 1 if certified (every nonzero rescaled value above `danger`, a path in every row). */
+/* exp of the smallest finite entry of the log-scores x [n] (1 if none); sets *ok = 0 if an entry
+   is NaN or +inf, or the exp of the largest one overflows. */
+static double exp_low(const double* x, int64_t n, int* ok) {
+  double low = INFINITY, high = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (isnan(x[i]) || x[i] == INFINITY) *ok = 0;
+    if (x[i] > -INFINITY) { low = fmin(low, x[i]); high = fmax(high, x[i]); }
+  }
+  if (high > -INFINITY && !isfinite(exp(high))) *ok = 0;
+  return low < INFINITY ? exp(low) : 1.0;
+}
+
+/* Certificate, checked as the scans run: every step multiplies values rescaled to max 1 by factors
+   exp(score). If every nonzero value v entering a step satisfies v >= tiny (exp(-700), a normal
+   number) and v * (smallest factor of the step) >= tiny, no product of a finite score underflows
+   to zero or to a subnormal and no sum overflows, so the result equals the log-space scan up to
+   float64 rounding. Otherwise the function returns 0 and the caller takes the general path. */
+static int entering_ok(const double* v, int64_t n, double bound) {
+  for (int64_t i = 0; i < n; ++i)
+    if (v[i] != 0.0 && !(v[i] >= bound)) return 0;
+  return 1;
+}
+
+/* Forward pass over rows b, given em [B, T, S] (float64 emissions), probs = exp(em - shift) and
+   shift [B, T] (row maxima): alphas [B, T, S] rescaled to row max 1 at every position, log Z [B].
+   Returns 1 if certified and every row has a path. */
 int fb_forward(int64_t B, int64_t T, int64_t S, const double* st, const double* w, const double* en,
-               const double* probs, const double* shifts, const int64_t* len, double danger, double* lz,
-               double* al) {
+               const double* em, const double* probs, const double* shifts, const int64_t* len, double tiny,
+               double* lz, double* al) {
   double* ew = malloc(sizeof(double) * (S * S + 2 * S));
   double *ee = ew + S * S, *es = ee + S;
   int ok = 1;
   for (int64_t i = 0; i < S * S; ++i) ew[i] = exp(w[i]);
   for (int64_t i = 0; i < S; ++i) { ee[i] = exp(en[i]); es[i] = exp(st[i]); }
+  const double w_low = exp_low(w, S * S, &ok), e_low = exp_low(en, S, &ok), s_low = exp_low(st, S, &ok);
   for (int64_t b = 0; b < B && ok; ++b) {
     const int64_t n = len[b];
     lz[b] = 0.0;
     if (n == 0) continue;
     double total = 0.0;
     for (int64_t t = 0; t < n && ok; ++t) {
-      const double* p = probs + (b * T + t) * S;
-      double* a = al + (b * T + t) * S;
-      const double shift = shifts[b * T + t];
+      const int64_t at = (b * T + t) * S;
+      const double *p = probs + at, shift = shifts[b * T + t];
+      double* a = al + at;
       if (!isfinite(shift)) { ok = 0; break; }
+      const double p_low = exp_low(em + at, S, &ok) / exp(shift);
       if (t == 0) {
+        if (!(s_low * p_low >= tiny)) ok = 0;
         for (int64_t k = 0; k < S; ++k) a[k] = es[k] * p[k];
       } else {
         const double* prev = a - S;
+        if (!entering_ok(prev, S, fmax(tiny, tiny / (w_low * p_low)))) ok = 0;
         for (int64_t k = 0; k < S; ++k) a[k] = 0.0;
         for (int64_t j = 0; j < S; ++j) {
           const double aj = prev[j];
@@ -74,14 +101,12 @@ int fb_forward(int64_t B, int64_t T, int64_t S, const double* st, const double* 
       for (int64_t k = 0; k < S; ++k) peak = fmax(peak, a[k]);
       if (!(peak > 0.0) || !isfinite(peak)) { ok = 0; break; }
       const double inverse = 1.0 / peak;
-      for (int64_t k = 0; k < S; ++k) {
-        a[k] *= inverse;
-        if (a[k] != 0.0 && !(a[k] > danger)) ok = 0;
-      }
+      for (int64_t k = 0; k < S; ++k) a[k] *= inverse;
       total += log(peak) + shift;
     }
     if (!ok) break;
     const double* last = al + (b * T + n - 1) * S;
+    if (!entering_ok(last, S, fmax(tiny, tiny / e_low))) { ok = 0; break; }
     double z = 0.0;
     for (int64_t k = 0; k < S; ++k) z += last[k] * ee[k];
     if (!(z > 0.0) || !isfinite(z)) { ok = 0; break; }
@@ -92,15 +117,17 @@ int fb_forward(int64_t B, int64_t T, int64_t S, const double* st, const double* 
 }
 
 /* Backward pass: gradients of sum_b g[b] log Z[b] added into gs [S], gw [S, S], ge [S], gm [B, T, S]
-   (zero-initialised by the caller). The normalisers of node and edge marginals must exceed `floor`:
-   terms lost to underflow are then below exp(-708) / floor of them. Returns 1 if certified. */
-int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* en, const double* probs,
-                const int64_t* len, const double* al, const double* g, double danger, double floor,
-                double* gs, double* gw, double* ge, double* gm) {
+   (zero-initialised by the caller), with alphas from fb_forward. The normalisers of node and edge
+   marginals must exceed `floor`: terms lost to underflow are then below exp(-708) / floor of them.
+   Returns 1 if certified. */
+int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* en, const double* em,
+                const double* probs, const double* shifts, const int64_t* len, const double* al,
+                const double* g, double tiny, double floor, double* gs, double* gw, double* ge, double* gm) {
   double* ew = malloc(sizeof(double) * (S * S + 3 * S));
   double *beta = ew + S * S, *raw = beta + S, *q = raw + S;
   int ok = 1;
   for (int64_t i = 0; i < S * S; ++i) ew[i] = exp(w[i]);
+  const double w_low = exp_low(w, S * S, &ok);
   for (int64_t b = 0; b < B && ok; ++b) {
     const int64_t n = len[b];
     if (n == 0) continue;
@@ -109,9 +136,11 @@ int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* 
     for (int64_t k = 0; k < S; ++k) { beta[k] = exp(en[k]); peak = fmax(peak, beta[k]); }
     if (!(peak > 0.0) || !isfinite(peak)) { ok = 0; break; }
     for (int64_t k = 0; k < S; ++k) beta[k] /= peak;
+    if (!entering_ok(beta, S, tiny)) { ok = 0; break; }
     for (int64_t t = n - 1; t >= 0; --t) {
-      const double* a = al + (b * T + t) * S;
-      double* m = gm + (b * T + t) * S;
+      const int64_t at = (b * T + t) * S;
+      const double* a = al + at;
+      double* m = gm + at;
       double d = 0.0;
       for (int64_t k = 0; k < S; ++k) d += a[k] * beta[k];
       if (!(d > floor) || !isfinite(d)) { ok = 0; break; }
@@ -120,7 +149,9 @@ int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* 
       if (t == n - 1) for (int64_t k = 0; k < S; ++k) ge[k] += m[k];
       if (t == 0) { for (int64_t k = 0; k < S; ++k) gs[k] += m[k]; break; }
       /* q = probs_t * beta_t; raw = expW q is beta_{t-1} before rescaling; edges / sum(alpha_{t-1} raw) */
-      const double* p = probs + (b * T + t) * S;
+      const double* p = probs + at;
+      const double p_low = exp_low(em + at, S, &ok) / exp(shifts[b * T + t]);
+      if (!entering_ok(beta, S, fmax(tiny, tiny / (w_low * p_low)))) ok = 0;
       for (int64_t k = 0; k < S; ++k) q[k] = p[k] * beta[k];
       const double* prev = a - S;
       double dp = 0.0;
@@ -144,10 +175,7 @@ int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* 
       for (int64_t j = 0; j < S; ++j) peak = fmax(peak, raw[j]);
       if (!(peak > 0.0) || !isfinite(peak)) { ok = 0; break; }
       const double inverse = 1.0 / peak;
-      for (int64_t j = 0; j < S; ++j) {
-        beta[j] = raw[j] * inverse;
-        if (beta[j] != 0.0 && !(beta[j] > danger)) ok = 0;
-      }
+      for (int64_t j = 0; j < S; ++j) beta[j] = raw[j] * inverse;
     }
   }
   free(ew);
@@ -254,9 +282,9 @@ def _load() -> ctypes.CDLL | None:
                           RuntimeWarning, stacklevel=3)
             return None
         library.fb_forward.restype = ctypes.c_int
-        library.fb_forward.argtypes = [_I64] * 3 + [_PTR] * 6 + [_F64] + [_PTR] * 2
+        library.fb_forward.argtypes = [_I64] * 3 + [_PTR] * 7 + [_F64] + [_PTR] * 2
         library.fb_backward.restype = ctypes.c_int
-        library.fb_backward.argtypes = [_I64] * 3 + [_PTR] * 6 + [_F64] * 2 + [_PTR] * 4
+        library.fb_backward.argtypes = [_I64] * 3 + [_PTR] * 8 + [_F64] * 2 + [_PTR] * 4
         for name in ("viterbi_f32", "viterbi_f64"):
             getattr(library, name).restype = None
             getattr(library, name).argtypes = [_I64] * 3 + [_PTR] * 7
@@ -269,28 +297,30 @@ def available(*tensors: Tensor) -> bool:
     return _enabled and all(t.device.type == "cpu" for t in tensors) and _load() is not None
 
 
-def fb_forward(start: Tensor, transitions: Tensor, end: Tensor, probs: Tensor, shift: Tensor, lengths: Tensor,
-               danger: float) -> tuple[Tensor, Tensor, bool]:
-    """float64 contiguous CPU inputs (``probs = exp(emissions - shift)`` ``[B, T, S]``, ``shift``
-    ``[B, T]``, int64 ``lengths``) -> log Z ``[B]``, rescaled alphas ``[B, T, S]``, certified."""
+def fb_forward(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, probs: Tensor, shift: Tensor,
+               lengths: Tensor, tiny: float) -> tuple[Tensor, Tensor, bool]:
+    """float64 contiguous CPU inputs (``emissions`` and ``probs = exp(emissions - shift)`` ``[B, T, S]``,
+    ``shift`` ``[B, T]`` the row maxima, int64 ``lengths``) -> log Z ``[B]``, rescaled alphas
+    ``[B, T, S]``, certified."""
     batch, steps, size = probs.shape
     log_z = probs.new_empty(batch)
     alphas = probs.new_empty(batch, steps, size)
     ok = _library.fb_forward(batch, steps, size, start.data_ptr(), transitions.data_ptr(), end.data_ptr(),
-                             probs.data_ptr(), shift.data_ptr(), lengths.data_ptr(), danger, log_z.data_ptr(),
-                             alphas.data_ptr())
+                             emissions.data_ptr(), probs.data_ptr(), shift.data_ptr(), lengths.data_ptr(), tiny,
+                             log_z.data_ptr(), alphas.data_ptr())
     return log_z, alphas, bool(ok)
 
 
-def fb_backward(transitions: Tensor, end: Tensor, probs: Tensor, lengths: Tensor, alphas: Tensor, grad: Tensor,
-                danger: float, floor: float) -> tuple[Tensor, Tensor, Tensor, Tensor, bool]:
+def fb_backward(transitions: Tensor, end: Tensor, emissions: Tensor, probs: Tensor, shift: Tensor, lengths: Tensor,
+                alphas: Tensor, grad: Tensor, tiny: float, floor: float) -> tuple[Tensor, Tensor, Tensor, Tensor, bool]:
     """Gradients of ``sum_b grad[b] log Z[b]``: start, transitions, end, emissions (float64), certified."""
     batch, steps, size = probs.shape
     grads = torch.zeros(size * (size + 2) + batch * steps * size, dtype=torch.float64)
     g_start, g_moves, g_end, g_em = grads.split([size, size * size, size, batch * steps * size])
-    ok = _library.fb_backward(batch, steps, size, transitions.data_ptr(), end.data_ptr(), probs.data_ptr(),
-                              lengths.data_ptr(), alphas.data_ptr(), grad.data_ptr(), danger, floor,
-                              g_start.data_ptr(), g_moves.data_ptr(), g_end.data_ptr(), g_em.data_ptr())
+    ok = _library.fb_backward(batch, steps, size, transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(),
+                              probs.data_ptr(), shift.data_ptr(), lengths.data_ptr(), alphas.data_ptr(),
+                              grad.data_ptr(), tiny, floor, g_start.data_ptr(), g_moves.data_ptr(), g_end.data_ptr(),
+                              g_em.data_ptr())
     return g_start, g_moves.view(size, size), g_end, g_em.view(batch, steps, size), bool(ok)
 
 
