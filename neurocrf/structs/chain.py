@@ -647,7 +647,7 @@ class _ExpScan:
         as one batched product over ``r`` per position."""
         rows = self.exp_emissions.permute(0, 2, 1, 3).unbind(0)  # [R, B, C] per position
         moves = self.exp_moves.permute(1, 0, 2).contiguous()  # [R, A, C]
-        current = prob.permute(2, 0, 1)  # [R, B, A]
+        current = prob.permute(2, 0, 1).contiguous()  # [R, B, A]
         probs, logs = [prob], [prob.new_zeros(prob.shape[0])]
         for t in range(1, len(rows)):
             step = torch.bmm(current, moves) * rows[t]  # [R, B, C]
@@ -655,7 +655,7 @@ class _ExpScan:
             step = step / peak.view(1, -1, 1)
             probs.append(step.permute(1, 0, 2))  # [B, R, C]
             logs.append(logs[-1] + torch.log(peak))
-            current = step.permute(2, 1, 0)  # next sources: a' = r, r' = c -> [C, B, R]
+            current = step.permute(2, 1, 0).contiguous()  # next sources: a' = r, r' = c -> [C, B, R]
         return torch.stack(probs), torch.stack(logs)
 
     def _backward_pairs(self) -> tuple[Tensor, Tensor]:
@@ -665,7 +665,7 @@ class _ExpScan:
         prob = torch.ones_like(self.probs[-1])
         probs, logs = [prob], [prob.new_zeros(prob.shape[0])]
         for t in range(len(rows) - 2, -1, -1):
-            weighted = (prob * rows[t + 1]).permute(1, 0, 2)  # [R, B, C]
+            weighted = (prob * rows[t + 1]).permute(1, 0, 2).contiguous()  # [R, B, C]
             step = torch.bmm(weighted, moves)  # [R, B, A]
             peak = step.amax((0, 2))
             prob = (step / peak.view(1, -1, 1)).permute(1, 2, 0)  # [B, A, R]
