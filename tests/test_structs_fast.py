@@ -230,3 +230,15 @@ def test_step_spread_matches_its_definition():
     expected = 2 * 2.0 + 4.0 - (-2.0) + math.log(3 + 1)
     assert fast_first_order.step_spread(start, moves, end, emissions, 3) == pytest.approx(expected)
     assert math.isnan(fast_first_order.step_spread(start, moves * math.nan, end, emissions, 3))
+
+
+def test_compiled_gold_score_rejects_out_of_range_states(compiled):
+    start, moves, end = torch.zeros(3), torch.zeros(3, 3), torch.zeros(3)
+    emissions = torch.randn(2, 4, 3)
+    lengths = torch.tensor([4, 2])
+    states = torch.tensor([[0, 1, 2, 1], [2, 0, 7, 7]])  # past row 1's length: ignored
+    expected = chain.path_score(start, moves, end, emissions, states.clamp(max=2), lengths)
+    torch.testing.assert_close(fast_first_order.path_score(start, moves, end, emissions, states, lengths), expected)
+    states[1, 1] = 3
+    with pytest.raises(IndexError, match="outside"):
+        fast_first_order.path_score(start, moves, end, emissions, states, lengths)

@@ -344,6 +344,13 @@ class _GoldScore(torch.autograd.Function):
     @staticmethod
     def forward(ctx, start, transitions, end, emissions, states, lengths):  # type: ignore[override]
         batch, steps, size = emissions.shape
+        if fast_kernel.available(emissions) and emissions.dtype in (torch.float32, torch.float64):
+            states, lengths = states.contiguous(), lengths.to(torch.long).contiguous()
+            ctx.kernel = True
+            ctx.save_for_backward(states, lengths)
+            ctx.shapes = size
+            return fast_kernel.gold_score(*(x.contiguous() for x in (start, transitions, end, emissions)), states, lengths)
+        ctx.kernel = False
         active = torch.arange(steps, device=states.device) < lengths.unsqueeze(1)  # [B, T]
         has_any = lengths > 0
         last = states.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
@@ -358,6 +365,10 @@ class _GoldScore(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
+        if ctx.kernel:
+            states, lengths = ctx.saved_tensors
+            grads = fast_kernel.gold_backward(states, lengths, grad.contiguous(), ctx.shapes)
+            return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None, None)
         states, active, has_any, last, pairs = ctx.saved_tensors
         start_shape, moves_shape, end_shape, em_shape = ctx.shapes
         need = ctx.needs_input_grad

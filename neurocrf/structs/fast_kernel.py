@@ -7,7 +7,7 @@ Off by default. Turn it on with ``NEUROCRF_COMPILED_KERNEL=1`` in the environmen
 install time. Without a working compiler it warns once, says why, and
 :mod:`~neurocrf.structs.fast_first_order` keeps its pure-torch loops.
 
-The kernel computes what the pure-torch path computes, row by row on CPU tensors: the rescaled
+The kernel computes what the pure-torch path computes (and the score of given tag paths), row by row on CPU tensors: the rescaled
 forward-backward pass in float64 (rescaled at every position and certified as it runs: every
 product of a nonzero rescaled value and a nonzero factor of the next step is at least
 ``exp(-700)``, so no finite score is lost to underflow; otherwise it reports failure and the
@@ -227,6 +227,42 @@ void NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const 
 }
 VITERBI(viterbi_f32, float)
 VITERBI(viterbi_f64, double)
+
+/* Score of the tag paths y [B, T] (entries past each length ignored; returns 0 if an entry before
+   is outside [0, S)), and its gradient: g[b] added at every score the path of row b uses (outputs
+   zero-initialised by the caller). */
+#define GOLD(NAME, BACKWARD, REAL)                                                                 \
+int NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const REAL* en,           \
+         const REAL* e, const int64_t* y, const int64_t* len, REAL* out) {                         \
+  for (int64_t b = 0; b < B; ++b) {                                                                \
+    const int64_t n = len[b];                                                                      \
+    const int64_t* yb = y + b * T;                                                                 \
+    const REAL* eb = e + b * T * S;                                                                \
+    REAL total = 0;                                                                                \
+    for (int64_t t = 0; t < n; ++t) if (yb[t] < 0 || yb[t] >= S) return 0;                         \
+    if (n > 0) {                                                                                   \
+      for (int64_t t = 0; t < n; ++t) total += eb[t * S + yb[t]];                                  \
+      for (int64_t t = 1; t < n; ++t) total += w[yb[t - 1] * S + yb[t]];                           \
+      total += st[yb[0]] + en[yb[n - 1]];                                                          \
+    }                                                                                              \
+    out[b] = total;                                                                                \
+  }                                                                                                \
+  return 1;                                                                                        \
+}                                                                                                  \
+void BACKWARD(int64_t B, int64_t T, int64_t S, const int64_t* y, const int64_t* len, const REAL* g, \
+              REAL* gs, REAL* gw, REAL* ge, REAL* gm) {                                            \
+  for (int64_t b = 0; b < B; ++b) {                                                                \
+    const int64_t n = len[b];                                                                      \
+    if (n == 0) continue;                                                                          \
+    const int64_t* yb = y + b * T;                                                                 \
+    for (int64_t t = 0; t < n; ++t) gm[(b * T + t) * S + yb[t]] += g[b];                           \
+    for (int64_t t = 1; t < n; ++t) gw[yb[t - 1] * S + yb[t]] += g[b];                             \
+    gs[yb[0]] += g[b];                                                                             \
+    ge[yb[n - 1]] += g[b];                                                                         \
+  }                                                                                                \
+}
+GOLD(gold_f32, gold_backward_f32, float)
+GOLD(gold_f64, gold_backward_f64, double)
 """
 
 _ENV = "NEUROCRF_COMPILED_KERNEL"
@@ -285,7 +321,10 @@ def _load() -> ctypes.CDLL | None:
         library.fb_forward.argtypes = [_I64] * 3 + [_PTR] * 7 + [_F64] + [_PTR] * 2
         library.fb_backward.restype = ctypes.c_int
         library.fb_backward.argtypes = [_I64] * 3 + [_PTR] * 8 + [_F64] * 2 + [_PTR] * 4
-        for name in ("viterbi_f32", "viterbi_f64"):
+        for name in ("viterbi_f32", "viterbi_f64", "gold_f32", "gold_f64"):
+            getattr(library, name).restype = ctypes.c_int if name.startswith("gold") else None
+            getattr(library, name).argtypes = [_I64] * 3 + [_PTR] * 7
+        for name in ("gold_backward_f32", "gold_backward_f64"):
             getattr(library, name).restype = None
             getattr(library, name).argtypes = [_I64] * 3 + [_PTR] * 7
         _library = library
@@ -324,17 +363,44 @@ def fb_backward(transitions: Tensor, end: Tensor, emissions: Tensor, probs: Tens
     return g_start, g_moves.view(size, size), g_end, g_em.view(batch, steps, size), bool(ok)
 
 
+def _typed(name: str, dtype: torch.dtype):
+    if dtype == torch.float64:
+        return getattr(_library, f"{name}_f64")
+    if dtype == torch.float32:
+        return getattr(_library, f"{name}_f32")
+    raise ValueError(f"the compiled kernel takes float32 or float64, got {dtype}")
+
+
+def gold_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, states: Tensor, lengths: Tensor
+               ) -> Tensor:
+    """Contiguous CPU inputs of one float dtype, int64 ``states [B, T]`` and ``lengths`` -> ``[B]``
+    scores of the paths."""
+    batch, steps, size = emissions.shape
+    out = emissions.new_empty(batch)
+    ok = _typed("gold", emissions.dtype)(batch, steps, size, start.data_ptr(), transitions.data_ptr(), end.data_ptr(),
+                                         emissions.data_ptr(), states.data_ptr(), lengths.data_ptr(), out.data_ptr())
+    if not ok:
+        raise IndexError(f"a state id outside [0, {size}) inside a row's length")
+    return out
+
+
+def gold_backward(states: Tensor, lengths: Tensor, grad: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of ``sum_b grad[b] * score[b]``: start ``[S]``, transitions ``[S, S]``, end ``[S]``,
+    emissions ``[B, T, S]`` in ``grad``'s dtype."""
+    batch, steps = states.shape
+    grads = grad.new_zeros(size * (size + 2) + batch * steps * size)
+    g_start, g_moves, g_end, g_em = grads.split([size, size * size, size, batch * steps * size])
+    _typed("gold_backward", grad.dtype)(batch, steps, size, states.data_ptr(), lengths.data_ptr(), grad.data_ptr(),
+                                        g_start.data_ptr(), g_moves.data_ptr(), g_end.data_ptr(), g_em.data_ptr())
+    return g_start, g_moves.view(size, size), g_end, g_em.view(batch, steps, size)
+
+
 def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
             ) -> tuple[Tensor, Tensor]:
     """Contiguous CPU inputs (float32 or float64, int64 ``lengths``) -> states ``[B, T]`` (-1 past
     each length and in rows without a path), best scores ``[B]``."""
     batch, steps, size = emissions.shape
-    if emissions.dtype == torch.float64:
-        function = _library.viterbi_f64
-    elif emissions.dtype == torch.float32:
-        function = _library.viterbi_f32
-    else:
-        raise ValueError(f"the compiled Viterbi takes float32 or float64, got {emissions.dtype}")
+    function = _typed("viterbi", emissions.dtype)
     states = torch.empty(batch, steps, dtype=torch.long)
     best = emissions.new_empty(batch)
     function(batch, steps, size, start.data_ptr(), transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(),
