@@ -111,9 +111,10 @@ def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.devi
     }
     if device.type == "cpu" and fast_kernel.use_compiled_kernel(True):
         for table in (nll, viterbi):  # every contender sets the kernel switch it needs
+            compiled = _with_kernel(table["neurocrf first-order"], True)
             for name, fn in list(table.items()):
                 table[name] = _with_kernel(fn, False)
-            table[COMPILED] = _with_kernel(table["neurocrf first-order"], True)
+            table[COMPILED] = compiled
         fast_kernel.use_compiled_kernel(False)
     if with_peers:
         try:
