@@ -6,7 +6,12 @@ bytes autograd saves for the backward pass of the NLL (on CUDA also the peak all
 On CPU the first-order layer runs twice: on its pure-torch path and with the optional compiled
 kernel (:mod:`neurocrf.structs.fast_kernel`), when a C compiler is there to build it.
 ``--clock thread`` times CPU time of the calling thread instead of wall time: on a machine shared
-with other jobs it leaves out the time the process waits for a core.
+with other jobs it leaves out the time the process waits for a core. On glibc the script fixes
+malloc's thresholds first (``--no-pin-malloc`` to keep glibc's defaults): blocks up to 32 MiB come
+from the heap, and the heap is never given back to the system. Otherwise torch-struct's frees of
+hundreds of MB change the dynamic thresholds under the other contenders, whose buffers of a few
+hundred KB then pay page faults on every call (measured: neurocrf's pure-torch first-order NLL at
+32x40x17 took 2.4x its time alone, pytorch-crf's 1.1x).
 
     python scripts/bench_crf.py --threads 1 --out docs/bench_crf_cpu.md
 """
@@ -14,6 +19,7 @@ with other jobs it leaves out the time the process waits for a core.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import platform
 import statistics
@@ -155,6 +161,17 @@ def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.devi
 COMPILED = "neurocrf first-order compiled"
 
 
+def pin_malloc_thresholds() -> bool:
+    """Fix glibc's mmap threshold (32 MiB, its largest) and trim threshold (none); False where not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, -1))
+
+
 def _with_kernel(fn: Callable, enabled: bool) -> Callable:
     def call():
         fast_kernel.use_compiled_kernel(enabled)
@@ -255,6 +272,7 @@ def main() -> None:
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--clock", choices=("wall", "thread"), default="wall",
                         help="wall time, or CPU time of the calling thread (CPU only)")
+    parser.add_argument("--no-pin-malloc", action="store_true", help="keep glibc's dynamic malloc thresholds")
     parser.add_argument("--out", help="also write the markdown tables to this file")
     args = parser.parse_args()
     global CLOCK
@@ -263,12 +281,14 @@ def main() -> None:
             parser.error("--clock thread measures CPU time; use it with --device cpu")
         CLOCK = time.thread_time
     torch.set_num_threads(args.threads)
+    pinned = not args.no_pin_malloc and pin_malloc_thresholds()
     device = torch.device(args.device)
     sizes = CUDA_SIZES if device.type == "cuda" else CPU_SIZES
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
     header = (f"## CRF benchmark on {args.device} ({machine}); torch {torch.__version__}; "
-              f"{args.repeats} interleaved rounds, medians of {args.clock} time")
+              f"{args.repeats} interleaved rounds, medians of {args.clock} time; "
+              f"malloc thresholds {'pinned' if pinned else 'dynamic'}")
     rows = run(sizes, device, args.repeats, not args.no_peers)
     text = format_tables(rows, header)
     print(text)
