@@ -193,7 +193,7 @@ class Chain:
 
     def _fast_first_order(self) -> bool:
         """Whether :mod:`~neurocrf.structs.fast_first_order` may be tried on this chain."""
-        return fast_first_order.applies(self.order, self.per_position, self.batch, self.seq_len)
+        return fast_first_order.applies(self.order, self.per_position, self.batch, self.seq_len, self.lengths.device)
 
     def marginals(self) -> Tensor:
         """``[batch, seq_len, |S|]`` posteriors of the original flat states (0 past each length)."""

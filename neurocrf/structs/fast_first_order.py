@@ -38,9 +38,10 @@ _RELATIVE_LOG = 400.0  # nonzero stored values must be >= row max * exp(-(400 - 
 _TINY = math.exp(-700.0)  # a normal float64 number with a margin above the smallest one
 
 
-def applies(order: int, per_position: bool, batch: int, seq_len: int) -> bool:
-    """Whether the fast path may be tried: first order, shared transitions, a nonempty batch."""
-    return order == 1 and not per_position and batch > 0 and seq_len > 0
+def applies(order: int, per_position: bool, batch: int, seq_len: int, device: torch.device) -> bool:
+    """Whether the fast path may be tried: first order, shared transitions, a nonempty batch, CPU
+    tensors (on CUDA the general engine's blocked scan launches fewer, larger kernels)."""
+    return order == 1 and not per_position and batch > 0 and seq_len > 0 and device.type == "cpu"
 
 
 def rescale_interval(step_spread: float) -> int:
