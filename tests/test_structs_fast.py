@@ -242,3 +242,18 @@ def test_compiled_gold_score_rejects_out_of_range_states(compiled):
     states[1, 1] = 3
     with pytest.raises(IndexError, match="outside"):
         fast_first_order.path_score(start, moves, end, emissions, states, lengths)
+
+
+@pytest.mark.parametrize("path", ["torch", "compiled"])
+def test_row_without_a_path_decodes_to_minus_one(path, request):
+    """IOB2 forbids I-A after O: a row whose emissions allow only O then I-A has no path."""
+    if path == "compiled":
+        request.getfixturevalue("compiled")
+    crf = iob2_layer()
+    emissions = torch.randn(2, 4, 5, dtype=torch.float64)
+    emissions[1] = -math.inf
+    emissions[1, :2, 0] = 0.0  # O, O
+    emissions[1, 2:, 2] = 0.0  # I-A, I-A
+    tags = crf.decode(emissions)
+    assert bool((tags[1] == -1).all())
+    assert bool((tags[0] >= 0).all())
