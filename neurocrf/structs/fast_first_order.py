@@ -3,21 +3,30 @@
 At CRF-sized problems (tens of positions, a few dozen rows, ten to twenty tags) a scan step does a
 few thousand multiply-adds, so time goes to dispatching tensor operations, not to arithmetic. This
 module takes :class:`~neurocrf.structs.chain.Chain`'s place for first-order chains with one
-transition matrix when it can certify the result, and spends as few operations per position as
-possible:
+transition matrix on CPU tensors when it can certify the result, and spends as few operations per
+position as possible:
 
-* the forward and backward scans are one batched matrix-vector product per position (every
-  position's matrix ``M_t = expW' * expE'_t`` is built for all positions at once, with the absorbing
-  END state of :mod:`~neurocrf.structs.chain` so that rows of any length run the same steps);
+* the forward and backward scans are two operations per position (``mm`` with the exponentiated
+  transitions, ``mul`` by the exponentiated emissions, taken once for all positions), with the
+  absorbing END state of :mod:`~neurocrf.structs.chain` so that rows of any length run the same
+  steps;
 * they rescale only every ``K`` positions, and a check after the scan certifies that no value
   underflowed or overflowed (see :func:`_certified`); otherwise the caller's general path runs;
 * node marginals are normalised per position by ``sum_s alpha_t(s) beta_t(s)``, edge marginals by
   the same sums, so no log-scale bookkeeping is needed for the gradient;
-* Viterbi runs two operations per position (add, max), recovers all back-pointers in one
-  vectorised pass from the stored scores, and backtracks by pointer doubling (``log2 T`` gathers).
+* the gold-path score is one autograd node (:func:`path_score`);
+* Viterbi runs two operations per position (add, max with indices) and follows the back-pointers
+  by pointer doubling (``log2 T`` gathers instead of ``T``).
 
-An optional compiled kernel (:mod:`neurocrf.structs.fast_kernel`) replaces the Python loops when a
-C++ compiler is available and the user enables it.
+The optional compiled kernel (:mod:`~neurocrf.structs.fast_kernel`) replaces the loops when the user
+turns it on and a C compiler is available.
+
+>>> import torch
+>>> from neurocrf.structs import LinearChainCRF
+>>> crf = LinearChainCRF(3)
+>>> emissions, tags = torch.randn(2, 5, 3), torch.zeros(2, 5, dtype=torch.long)
+>>> crf(emissions, tags).shape  # the NLL runs through this module
+torch.Size([])
 """
 
 from __future__ import annotations
