@@ -33,7 +33,7 @@ import math
 import torch
 from torch import Tensor
 
-from neurocrf.structs import fast_first_order
+from neurocrf.structs import fast_first_order, fast_pairs
 from neurocrf.structs.semiring import KMaxSemiring, LogSemiring
 
 NEG_INF = float("-inf")
@@ -180,25 +180,32 @@ class Chain:
     def log_partition(self) -> Tensor:
         """``[batch]`` log partition function (differentiable, hand-written backward)."""
         start, moves, end, emissions = self._originals
-        # >>> fast path: first order with shared transitions (fast_first_order), when certified
-        if self._fast_first_order():
-            log_z = fast_first_order.log_partition(
-                start, moves, end, emissions, self.lengths, self.step_spread,
-                lambda *potentials: _LogPartition.apply(*potentials, self.lengths, self.step_spread()))
+        # >>> fast paths: first order or pair states, shared transitions (fast_first_order, fast_pairs)
+        if self._fast_path():
+            def fallback(*potentials):
+                return _LogPartition.apply(*potentials, self.lengths, self.step_spread())
+
+            if self.order == 1:
+                log_z = fast_first_order.log_partition(*self._originals, self.lengths, self.step_spread, fallback)
+            else:
+                convert = functools.partial(_original_gradients, self.size, self.order)
+                log_z = fast_pairs.log_partition(self._originals, self._augmented_potentials(), self.step_spread,
+                                                 convert, fallback)
             if log_z is not None:  # exactly 0 for empty rows already
                 return log_z
-        # <<< fast path
+        # <<< fast paths
         log_z = _LogPartition.apply(start, moves, end, emissions, self.lengths, self.step_spread())
         return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))  # exactly 0 for empty rows
 
-    def _fast_first_order(self) -> bool:
-        """Whether :mod:`~neurocrf.structs.fast_first_order` may be tried on this chain."""
+    def _fast_path(self) -> bool:
+        """Whether :mod:`~neurocrf.structs.fast_first_order` (order 1) or
+        :mod:`~neurocrf.structs.fast_pairs` (order 2) may be tried on this chain."""
         return fast_first_order.applies(self.order, self.per_position, self.batch, self.seq_len, self.lengths.device)
 
     def marginals(self) -> Tensor:
         """``[batch, seq_len, |S|]`` posteriors of the original flat states (0 past each length)."""
         # >>> fast path: first order with shared transitions (fast_first_order), when certified
-        if self._fast_first_order():
+        if self.order == 1 and self._fast_path():
             with torch.no_grad():
                 fast = fast_first_order.forward_backward(*self._originals, self.lengths, self.step_spread)
                 marg = None if fast is None else fast.node_marginals()
@@ -274,7 +281,7 @@ class Chain:
     def viterbi(self) -> tuple[Tensor, Tensor]:
         """Best path: original flat states ``[batch, seq_len]`` (-1 past each length), scores ``[batch]``."""
         # >>> fast path: first order with shared transitions (fast_first_order)
-        if self._fast_first_order():
+        if self.order == 1 and self._fast_path():
             return fast_first_order.viterbi(*self._originals, self.lengths)
         # <<< fast path
         batch, width = self.batch, self.size + 1

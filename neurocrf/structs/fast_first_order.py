@@ -48,9 +48,10 @@ _TINY = math.exp(-700.0)  # a normal float64 number with a margin above the smal
 
 
 def applies(order: int, per_position: bool, batch: int, seq_len: int, device: torch.device) -> bool:
-    """Whether the fast path may be tried: first order, shared transitions, a nonempty batch, CPU
-    tensors (on CUDA the general engine's blocked scan launches fewer, larger kernels)."""
-    return order == 1 and not per_position and batch > 0 and seq_len > 0 and device.type == "cpu"
+    """Whether a fast path may be tried: first-order or pair states (:mod:`~neurocrf.structs.fast_pairs`),
+    shared transitions, a nonempty batch, CPU tensors (on CUDA the general engine's blocked scan
+    launches fewer, larger kernels)."""
+    return order in (1, 2) and not per_position and batch > 0 and seq_len > 0 and device.type == "cpu"
 
 
 def rescale_interval(step_spread: float) -> int:
@@ -231,7 +232,8 @@ def forward_backward(start: Tensor, transitions: Tensor, end: Tensor, emissions:
 
 
 class FastLogPartition(torch.autograd.Function):
-    """log Z from a certified :class:`ForwardBackward`, with its forward-backward gradient.
+    """log Z from a certified scan (:class:`ForwardBackward`, :class:`KernelForwardBackward` or
+    :class:`~neurocrf.structs.fast_pairs.PairForwardBackward`), with its forward-backward gradient.
 
     Double backward (``create_graph=True``) recomputes the gradient through ``fallback``, the
     general chain's differentiable log partition, so second derivatives are whatever that path
