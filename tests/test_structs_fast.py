@@ -257,3 +257,29 @@ def test_row_without_a_path_decodes_to_minus_one(path, request):
     tags = crf.decode(emissions)
     assert bool((tags[1] == -1).all())
     assert bool((tags[0] >= 0).all())
+
+
+@pytest.mark.parametrize("budget, max_log, certified", [(1e-9, 300.0, True), (300.0, 300.0, True), (1e9, 5.0, False)])
+def test_pair_scan_is_exact_or_falls_back(budget, max_log, certified, monkeypatch):
+    """Second order (fast_pairs): log Z, every gradient and the marginals equal the log-space scan
+    whether the pair scan rescales every position or every few; a scan whose values leave the
+    certified range (narrowed here to exp(+-5), never rescaled) hands over to the general engine."""
+    from neurocrf.structs import SecondOrderCRF, fast_pairs
+
+    monkeypatch.setattr(fast_first_order, "_SCALE_BUDGET", budget)
+    monkeypatch.setattr(fast_pairs, "_MAX_LOG", max_log)
+    built, scan_class = [], fast_pairs.PairForwardBackward
+    monkeypatch.setattr(fast_pairs, "PairForwardBackward", lambda *args: built.append(scan_class(*args)) or built[-1])
+    tags = ["O", "B-A", "I-A", "B-B", "I-B"]
+    crf = SecondOrderCRF(len(tags), allowed_transitions(tags, "IOB2")).double()
+    with torch.no_grad():
+        for param in crf.parameters():
+            param.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(4))
+    emissions, mask, _ = random_inputs(5, 4, 120, scale=3.0, seed=6)
+    gold = crf.decode(emissions, mask).clamp(min=0)
+    fast = layer_outputs(crf, emissions, mask, gold)
+    assert built and all(scan.ok == certified for scan in built)
+    general_engine(monkeypatch)
+    monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)  # log space
+    for got, expected in zip(fast, layer_outputs(crf, emissions, mask, gold)):
+        torch.testing.assert_close(got, expected)
