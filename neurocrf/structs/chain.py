@@ -285,12 +285,13 @@ class Chain:
             return fast_first_order.viterbi(*self._originals, self.lengths)
         # <<< fast path
         batch, width = self.batch, self.size + 1
-        # moves[t][b, a, *r, c] = W[(t, b,) a, *r, c] + E[t, b, *r, c]: one add and one max per position
-        moves = (self.transitions + self.emissions.unsqueeze(2)).unbind(0)
+        # the emission E[t, b, *r, c] of the destination does not depend on the source a, so it is
+        # added after the max over a: no [T, B, |S'|, C'] tensor of summed scores is built
         score = self.start + self.emissions[0]
         pointers = []
-        for t in range(1, len(moves)):
-            score, pointer = (score.unsqueeze(-1) + moves[t]).max(dim=1)
+        for t in range(1, self.emissions.shape[0]):
+            score, pointer = (score.unsqueeze(-1) + _moves_into(self.transitions, self.emissions, t)).max(dim=1)
+            score = score + self.emissions[t]
             pointers.append(pointer.reshape(batch, -1))
         best_score, state = score.reshape(batch, -1).max(dim=1, keepdim=True)
         if not pointers:
