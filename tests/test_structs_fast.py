@@ -283,3 +283,31 @@ def test_pair_scan_is_exact_or_falls_back(budget, max_log, certified, monkeypatc
     monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)  # log space
     for got, expected in zip(fast, layer_outputs(crf, emissions, mask, gold)):
         torch.testing.assert_close(got, expected)
+
+
+def test_pair_viterbi_equals_general_engine(monkeypatch):
+    """fast_pairs.viterbi (back-pointers recomputed along the path) = the general engine's paths."""
+    from neurocrf.structs import SecondOrderCRF, fast_pairs
+
+    tags = ["O", "B-A", "I-A", "B-B", "I-B"]
+    crf = SecondOrderCRF(len(tags), allowed_transitions(tags, "IOB2"))
+    with torch.no_grad():
+        for param in crf.parameters():
+            param.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(5))
+    emissions, mask, _ = random_inputs(5, 300, 30, scale=2.0, dtype=torch.float32, seed=7)
+    mask[4] = True
+    emissions[4] = -math.inf
+    emissions[4, :, 0] = 0.0
+    emissions[4, 3, 2] = 0.0  # a row whose only admissible tags form no path: O then I-A only
+    emissions[4, 3, 0] = -math.inf
+    assert fast_pairs.viterbi_pays_off(300, len(tags) + 2)
+    calls = []
+    scan = fast_pairs.viterbi
+    monkeypatch.setattr(fast_pairs, "viterbi", lambda *args: calls.append(1) or scan(*args))
+    fast = crf.decode(emissions, mask)
+    assert calls
+    general_engine(monkeypatch)
+    expected = crf.decode(emissions, mask)
+    expected[4] = -1
+    assert torch.equal(fast, expected)
+    assert bool((fast[4] == -1).all())

@@ -280,10 +280,14 @@ class Chain:
 
     def viterbi(self) -> tuple[Tensor, Tensor]:
         """Best path: original flat states ``[batch, seq_len]`` (-1 past each length), scores ``[batch]``."""
-        # >>> fast path: first order with shared transitions (fast_first_order)
+        # >>> fast paths: first order or pair states, shared transitions (fast_first_order, fast_pairs)
         if self.order == 1 and self._fast_path():
             return fast_first_order.viterbi(*self._originals, self.lengths)
-        # <<< fast path
+        if self.order == 2 and self._fast_path() and fast_pairs.viterbi_pays_off(self.batch, self.size + 1):
+            states, best = fast_pairs.viterbi(self.start, self.transitions, self.emissions)
+            found = (best > NEG_INF).unsqueeze(1)  # rows without any path: all -1
+            return torch.where(found, self._map_states(states), -1), best
+        # <<< fast paths
         batch, width = self.batch, self.size + 1
         # the emission E[t, b, *r, c] of the destination does not depend on the source a, so it is
         # added after the max over a: no [T, B, |S'|, C'] tensor of summed scores is built
