@@ -3,6 +3,15 @@
 Every contender runs once per round, in rotating order, for ``--repeats`` rounds; the table gives
 medians and the ratios between contenders measured in the same rounds. Memory is the number of
 bytes autograd saves for the backward pass of the NLL (on CUDA also the peak allocated memory).
+On CPU the first-order layer runs twice: on its pure-torch path and with the optional compiled
+kernel (:mod:`neurocrf.structs.fast_kernel`), when a C compiler is there to build it.
+``--clock thread`` times CPU time of the calling thread instead of wall time: on a machine shared
+with other jobs it leaves out the time the process waits for a core. On glibc the script fixes
+malloc's thresholds first (``--no-pin-malloc`` to keep glibc's defaults): blocks up to 32 MiB come
+from the heap, and the heap is never given back to the system. Otherwise torch-struct's frees of
+hundreds of MB change the dynamic thresholds under the other contenders, whose buffers of a few
+hundred KB then pay page faults on every call (measured: neurocrf's pure-torch first-order NLL at
+32x40x17 took 2.4x its time alone, pytorch-crf's 1.1x).
 
     python scripts/bench_crf.py --threads 1 --out docs/bench_crf_cpu.md
 """
@@ -10,6 +19,7 @@ bytes autograd saves for the backward pass of the NLL (on CUDA also the peak all
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import platform
 import statistics
@@ -18,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from neurocrf.structs import LinearChainCRF, PrecursorInducedCRF, SecondOrderCRF
+from neurocrf.structs import LinearChainCRF, PrecursorInducedCRF, SecondOrderCRF, fast_kernel
 
 CPU_SIZES = [(32, 40, 9), (32, 40, 17), (128, 40, 9), (8, 256, 9)]
 CUDA_SIZES = CPU_SIZES + [(256, 128, 17), (64, 1024, 9)]
@@ -64,6 +74,9 @@ def peak_cuda_bytes(fn: Callable[[], None], device: torch.device) -> int | None:
     return torch.cuda.max_memory_allocated(device) - base
 
 
+CLOCK = time.perf_counter
+
+
 def time_interleaved(contenders: dict[str, Callable[[], None]], repeats: int, device: torch.device,
                      warmup: int = 3) -> dict[str, float]:
     for fn in contenders.values():
@@ -76,10 +89,10 @@ def time_interleaved(contenders: dict[str, Callable[[], None]], repeats: int, de
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
             synchronize(device)
-            start = time.perf_counter()
+            start = CLOCK()
             contenders[name]()
             synchronize(device)
-            times[name].append(time.perf_counter() - start)
+            times[name].append(CLOCK() - start)
     return {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
 
@@ -102,6 +115,13 @@ def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.devi
     viterbi: dict[str, Callable[[], object]] = {
         name: (lambda layer=layer: layer.decode(emissions.detach(), mask)) for name, layer in layers.items()
     }
+    if device.type == "cpu" and fast_kernel.use_compiled_kernel(True):
+        for table in (nll, viterbi):  # every contender sets the kernel switch it needs
+            compiled = _with_kernel(table["neurocrf first-order"], True)
+            for name, fn in list(table.items()):
+                table[name] = _with_kernel(fn, False)
+            table[COMPILED] = compiled
+        fast_kernel.use_compiled_kernel(False)
     if with_peers:
         try:
             import torchcrf
@@ -138,6 +158,27 @@ def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.devi
     return emissions, nll, viterbi
 
 
+COMPILED = "neurocrf first-order compiled"
+
+
+def pin_malloc_thresholds() -> bool:
+    """Fix glibc's mmap threshold (32 MiB, its largest) and trim threshold (none); False where not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, -1))
+
+
+def _with_kernel(fn: Callable, enabled: bool) -> Callable:
+    def call():
+        fast_kernel.use_compiled_kernel(enabled)
+        return fn()
+    return call
+
+
 def run(sizes, device: torch.device, repeats: int, with_peers: bool) -> list[dict]:
     rows = []
     for batch, seq_len, num_tags in sizes:
@@ -172,17 +213,24 @@ def format_tables(rows: list[dict], header: str) -> str:
     out = [header, ""]
     out.append("### First order: neurocrf vs peers (median ms; ratio = neurocrf / peer, lower is better)")
     out.append("")
-    out.append("| B x T x L | op | neurocrf | pytorch-crf | torch-struct | vs pytorch-crf | vs torch-struct |")
-    out.append("|---|---|---|---|---|---|---|")
+    out.append("neurocrf: the pure-torch path; compiled: with the optional compiled kernel.")
+    out.append("")
+    out.append("| B x T x L | op | neurocrf | compiled | pytorch-crf | torch-struct | neurocrf / pytorch-crf | "
+               "compiled / pytorch-crf | neurocrf / torch-struct | compiled / torch-struct |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
     for row in rows:
         size = "x".join(map(str, row["size"]))
         for op in ("nll", "viterbi"):
             t = row[op]
-            ours = t["neurocrf first-order"]
+            ours, compiled = t["neurocrf first-order"], t.get(COMPILED)
             pc, ts = t.get("pytorch-crf"), t.get("torch-struct")
             label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
-            out.append(f"| {size} | {label} | {ours:.2f} | {pc and f'{pc:.2f}' or '-'} | "
-                       f"{ts and f'{ts:.2f}' or '-'} | {ratio(ours, pc)} | {ratio(ours, ts)} |")
+            out.append(f"| {size} | {label} | {ms(ours)} | {ms(compiled)} | {ms(pc)} | {ms(ts)} | {ratio(ours, pc)} | "
+                       f"{ratio(compiled, pc)} | {ratio(ours, ts)} | {ratio(compiled, ts)} |")
     out.append("")
     out.append("### Second-order and precursor-induced vs neurocrf first order (ratio of median times)")
     out.append("")
@@ -222,15 +270,25 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                        help="wall time, or CPU time of the calling thread (CPU only)")
+    parser.add_argument("--no-pin-malloc", action="store_true", help="keep glibc's dynamic malloc thresholds")
     parser.add_argument("--out", help="also write the markdown tables to this file")
     args = parser.parse_args()
+    global CLOCK
+    if args.clock == "thread":
+        if args.device != "cpu":
+            parser.error("--clock thread measures CPU time; use it with --device cpu")
+        CLOCK = time.thread_time
     torch.set_num_threads(args.threads)
+    pinned = not args.no_pin_malloc and pin_malloc_thresholds()
     device = torch.device(args.device)
     sizes = CUDA_SIZES if device.type == "cuda" else CPU_SIZES
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
     header = (f"## CRF benchmark on {args.device} ({machine}); torch {torch.__version__}; "
-              f"{args.repeats} interleaved rounds, medians")
+              f"{args.repeats} interleaved rounds, medians of {args.clock} time; "
+              f"malloc thresholds {'pinned' if pinned else 'dynamic'}")
     rows = run(sizes, device, args.repeats, not args.no_peers)
     text = format_tables(rows, header)
     print(text)

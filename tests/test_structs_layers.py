@@ -12,7 +12,7 @@ from neurocrf.structs import (
     allowed_transitions,
     build_crf,
 )
-from neurocrf.structs import chain
+from neurocrf.structs import chain, fast_first_order
 from neurocrf.structs.chain import Chain
 
 IOB2_TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -26,6 +26,7 @@ def layers(tags=IOB2_TAGS):
 def kernel(request, monkeypatch):
     if request.param == "log":
         monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)
+        monkeypatch.setattr(fast_first_order, "applies", lambda *args: False)
     return request.param
 
 
@@ -342,7 +343,9 @@ def test_blocked_exp_scan_equals_log_scan_on_long_rows(monkeypatch, budget):
 
 
 def assert_exp_scan_equals_log_scan(monkeypatch, crf, emissions, mask, budget: float) -> None:
-    """Log Z, every gradient and the marginals: exp-space kernel at ``budget`` = log-space kernel."""
+    """Log Z, every gradient and the marginals: exp-space kernel at ``budget`` = log-space kernel
+    (the general chain engine: the first-order fast path, tested in test_structs_fast.py, is off)."""
+    monkeypatch.setattr(fast_first_order, "applies", lambda *args: False)
     gold = crf.decode(emissions, mask).clamp(min=0)
     results = {}
     for name, limit in (("exp", budget), ("log", -1.0)):

@@ -39,6 +39,7 @@ import math
 import torch
 from torch import Tensor
 
+from neurocrf.structs import fast_first_order, fast_pairs
 from neurocrf.structs.semiring import KMaxSemiring, LogSemiring
 
 NEG_INF = float("-inf")
@@ -104,17 +105,6 @@ def _state_map(size: int, order: int, device: torch.device) -> Tensor:
     weights = torch.tensor([size ** (order - 1 - i) for i in range(order)])
     original = (grid * weights).sum(-1)
     return torch.where((grid < size).all(-1), original, -1).to(device)
-
-
-def _range_with_zero(scores: Tensor) -> tuple[float, float]:
-    """Largest and smallest score, ``-inf`` entries left out and 0 always in (a few passes over
-    ``scores``, no copy when none is ``-inf``). ``+inf`` or NaN give a non-finite range."""
-    if not scores.numel():
-        return 0.0, 0.0
-    high, low = float(scores.amax()), float(scores.amin())
-    if low == NEG_INF:
-        low = float(scores.masked_fill(torch.isneginf(scores), 0.0).amin())
-    return max(high, 0.0), min(low, 0.0)
 
 
 def _per_position(transitions: Tensor, emissions: Tensor) -> bool:
@@ -189,17 +179,7 @@ class Chain:
 
         ``-inf`` scores (constraints, partial labels) are exact zeros and do not count."""
         if self._spread is None:
-            start, moves, end, emissions = self._originals
-            with torch.no_grad():
-                emission_spread = 0.0
-                if emissions.numel():
-                    high = emissions.amax(-1)
-                    low = emissions.masked_fill(torch.isneginf(emissions), float("inf")).amin(-1)
-                    emission_spread = torch.where(torch.isfinite(high), high - low, torch.zeros_like(high)).amax()
-                ranges = [_range_with_zero(x) for x in (start, moves, end)]
-                high = max(high for high, _ in ranges)
-                low = min(low for _, low in ranges)
-                self._spread = float(2 * emission_spread + high - low + math.log(self.original_states + 1))
+            self._spread = fast_first_order.step_spread(*self._originals, self.original_states)
         return self._spread
 
     # --- log semiring ---------------------------------------------------------------------------
@@ -209,13 +189,40 @@ class Chain:
         start, moves, end, emissions = self._originals
         if self.batch == 0:
             return autograd_log_partition(start, moves, end, emissions, self.lengths)
+        # >>> fast paths: first order or pair states, shared transitions (fast_first_order, fast_pairs)
+        if self._fast_path():
+            def fallback(*potentials):
+                return _LogPartition.apply(*potentials, self.lengths, self.step_spread())
+
+            if self.order == 1:
+                log_z = fast_first_order.log_partition(*self._originals, self.lengths, self.step_spread, fallback)
+            else:
+                convert = functools.partial(_original_gradients, self.size, self.order)
+                log_z = fast_pairs.log_partition(self._originals, self._augmented_potentials(), self.step_spread,
+                                                 convert, fallback)
+            if log_z is not None:  # exactly 0 for empty rows already
+                return log_z
+        # <<< fast paths
         log_z = _LogPartition.apply(start, moves, end, emissions, self.lengths, self.step_spread())
         return torch.where(self.lengths > 0, log_z, torch.zeros_like(log_z))  # exactly 0 for empty rows
+
+    def _fast_path(self) -> bool:
+        """Whether :mod:`~neurocrf.structs.fast_first_order` (order 1) or
+        :mod:`~neurocrf.structs.fast_pairs` (order 2) may be tried on this chain."""
+        return fast_first_order.applies(self.order, self.per_position, self.batch, self.seq_len, self.lengths.device)
 
     def marginals(self) -> Tensor:
         """``[batch, seq_len, |S|]`` posteriors of the original flat states (0 past each length)."""
         if self.batch == 0 or self.seq_len == 0:
             return self._originals[3].new_zeros(self.batch, self.seq_len, self.original_states)
+        # >>> fast path: first order with shared transitions (fast_first_order), when certified
+        if self.order == 1 and self._fast_path():
+            with torch.no_grad():
+                fast = fast_first_order.forward_backward(*self._originals, self.lengths, self.step_spread)
+                marg = None if fast is None else fast.node_marginals()
+                if marg is not None:
+                    return marg.to(self._originals[3].dtype)
+        # <<< fast path
         scan = _ExpScan.attempt(self.start, self.transitions, self.emissions, self.step_spread())
         if scan is not None and scan.backward_ok():
             marg = scan.node_marginals()
@@ -284,17 +291,26 @@ class Chain:
 
     def viterbi(self) -> tuple[Tensor, Tensor]:
         """Best path: original flat states ``[batch, seq_len]`` (-1 past each length), scores ``[batch]``."""
+        # >>> fast paths: first order or pair states, shared transitions (fast_first_order, fast_pairs)
+        if self.order == 1 and self._fast_path():
+            return fast_first_order.viterbi(*self._originals, self.lengths)
+        if self.order == 2 and self._fast_path() and fast_pairs.viterbi_pays_off(self.batch, self.size + 1):
+            states, best = fast_pairs.viterbi(self.start, self.transitions, self.emissions)
+            found = (best > NEG_INF).unsqueeze(1)  # rows without any path: all -1
+            return torch.where(found, self._map_states(states), -1), best
+        # <<< fast paths
         batch, width = self.batch, self.size + 1
-        # moves[t][b, a, *r, c] = W[(t, b,) a, *r, c] + E[t, b, *r, c]: one add and one max per position
-        moves = (self.transitions + self.emissions.unsqueeze(2)).unbind(0)
+        # the emission E[t, b, *r, c] of the destination does not depend on the source a, so it is
+        # added after the max over a: no [T, B, |S'|, C'] tensor of summed scores is built
         score = self.start + self.emissions[0]
         pointers = []
-        for t in range(1, len(moves)):
-            score, pointer = (score.unsqueeze(-1) + moves[t]).max(dim=1)
-            pointers.append(pointer.flatten(1))
         if batch == 0:
             return self.lengths.new_zeros(0, self.seq_len), score.new_zeros(0)
-        best_score, state = score.flatten(1).max(dim=1, keepdim=True)
+        for t in range(1, self.emissions.shape[0]):
+            score, pointer = (score.unsqueeze(-1) + _moves_into(self.transitions, self.emissions, t)).max(dim=1)
+            score = score + self.emissions[t]
+            pointers.append(pointer.reshape(batch, -1))
+        best_score, state = score.reshape(batch, -1).max(dim=1, keepdim=True)
         if not pointers:
             return self._map_states(state.new_zeros(batch, 0)), best_score.squeeze(1)
         # flat source state (a, *r) of flat destination (*r, c) reached from a
@@ -701,7 +717,7 @@ class _ExpScan:
         as one batched product over ``r`` per position."""
         rows = self.exp_emissions.permute(0, 2, 1, 3).unbind(0)  # [R, B, C] per position
         moves = self.exp_moves.permute(1, 0, 2).contiguous()  # [R, A, C]
-        current = prob.permute(2, 0, 1)  # [R, B, A]
+        current = prob.permute(2, 0, 1).contiguous()  # [R, B, A]
         probs, logs = [prob], [prob.new_zeros(prob.shape[0])]
         for t in range(1, len(rows)):
             step = torch.bmm(current, moves) * rows[t]  # [R, B, C]
@@ -709,7 +725,7 @@ class _ExpScan:
             step = step / peak.view(1, -1, 1)
             probs.append(step.permute(1, 0, 2))  # [B, R, C]
             logs.append(logs[-1] + torch.log(peak))
-            current = step.permute(2, 1, 0)  # next sources: a' = r, r' = c -> [C, B, R]
+            current = step.permute(2, 1, 0).contiguous()  # next sources: a' = r, r' = c -> [C, B, R]
         return torch.stack(probs), torch.stack(logs)
 
     def _backward_pairs(self) -> tuple[Tensor, Tensor]:
@@ -719,7 +735,7 @@ class _ExpScan:
         prob = torch.ones_like(self.probs[-1])
         probs, logs = [prob], [prob.new_zeros(prob.shape[0])]
         for t in range(len(rows) - 2, -1, -1):
-            weighted = (prob * rows[t + 1]).permute(1, 0, 2)  # [R, B, C]
+            weighted = (prob * rows[t + 1]).permute(1, 0, 2).contiguous()  # [R, B, C]
             step = torch.bmm(weighted, moves)  # [R, B, A]
             peak = step.amax((0, 2))
             prob = (step / peak.view(1, -1, 1)).permute(1, 2, 0)  # [B, A, R]
@@ -796,6 +812,10 @@ def path_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tenso
     batch, seq_len = states.shape
     if seq_len == 0:
         return emissions.new_zeros(batch)
+    # >>> fast path: first order with shared transitions (fast_first_order)
+    if start.dim() == 1 and transitions.dim() == 2 and emissions.dim() == 3:
+        return fast_first_order.path_score(start, transitions, end, emissions, states, lengths)
+    # <<< fast path
     num_components = transitions.shape[-1]
     active = _active(lengths, seq_len)
     zero = emissions.new_zeros(())

@@ -1,0 +1,408 @@
+"""Fast exact inference for first-order chains with shared transitions (the common training case).
+
+At CRF-sized problems (tens of positions, a few dozen rows, ten to twenty tags) a scan step does a
+few thousand multiply-adds, so time goes to dispatching tensor operations, not to arithmetic. This
+module takes :class:`~neurocrf.structs.chain.Chain`'s place for first-order chains with one
+transition matrix on CPU tensors when it can certify the result, and spends as few operations per
+position as possible:
+
+* the forward and backward scans are two operations per position (``mm`` with the exponentiated
+  transitions, ``mul`` by the exponentiated emissions, taken once for all positions), with the
+  absorbing END state of :mod:`~neurocrf.structs.chain` so that rows of any length run the same
+  steps;
+* they rescale only every ``K`` positions, and a check after the scan certifies that no value
+  underflowed or overflowed (see :func:`_certified`); otherwise the caller's general path runs;
+* node marginals are normalised per position by ``sum_s alpha_t(s) beta_t(s)``, edge marginals by
+  the same sums, so no log-scale bookkeeping is needed for the gradient;
+* the gold-path score is one autograd node (:func:`path_score`);
+* Viterbi runs two operations per position (add, max with indices) and follows the back-pointers
+  by pointer doubling (``log2 T`` gathers instead of ``T``).
+
+The optional compiled kernel (:mod:`~neurocrf.structs.fast_kernel`) replaces the loops when the user
+turns it on and a C compiler is available.
+
+>>> import torch
+>>> from neurocrf.structs import LinearChainCRF
+>>> crf = LinearChainCRF(3)
+>>> emissions, tags = torch.randn(2, 5, 3), torch.zeros(2, 5, dtype=torch.long)
+>>> crf(emissions, tags).shape  # the NLL runs through this module
+torch.Size([])
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from neurocrf.structs import fast_kernel
+
+# Largest step spread (nats) this path accepts; see _certified for why 200 keeps a margin.
+_SPREAD_LIMIT = 200.0
+_SCALE_BUDGET = 200.0  # nats one unrescaled stretch of positions may move the values
+_MAX_LOG = 300.0  # stored row maxima must lie in [exp(-300), exp(300)]
+_RELATIVE_LOG = 400.0  # nonzero stored values must be >= row max * exp(-(400 - spread))
+_TINY = math.exp(-700.0)  # a normal float64 number with a margin above the smallest one
+
+
+def applies(order: int, per_position: bool, batch: int, seq_len: int, device: torch.device) -> bool:
+    """Whether a fast path may be tried: first-order or pair states (:mod:`~neurocrf.structs.fast_pairs`),
+    shared transitions, a nonempty batch, CPU tensors (on CUDA the general engine's blocked scan
+    launches fewer, larger kernels)."""
+    return order in (1, 2) and not per_position and batch > 0 and seq_len > 0 and device.type == "cpu"
+
+
+def rescale_interval(step_spread: float) -> int:
+    """Positions between two rescalings: values move at most ``step_spread`` nats per position."""
+    return max(1, int(_SCALE_BUDGET // max(step_spread, 1e-6)))
+
+
+def _certified(values: Tensor, step_spread: float) -> bool:
+    """Check the stored scan values ``[T + 1, B, S']`` (the inputs of every step).
+
+    If every row maximum ``m`` lies in ``[exp(-300), exp(300)]`` and every nonzero value is at
+    least ``m exp(-(400 - d))`` (``d`` the step spread), every product ``value * M_t[i, j]`` with a
+    finite potential is at least ``exp(-700)`` (finite matrix entries are at least ``exp(-d)``):
+    no term underflows to zero or to a subnormal, and no sum overflows. The scan then equals the
+    log-space scan up to float64 rounding. NaN (no valid path at a position) fails the check.
+    """
+    high = values.amax(-1)
+    low = torch.where(values > 0, values, math.inf).amin(-1)
+    ok = (high >= math.exp(-_MAX_LOG)) & (high <= math.exp(_MAX_LOG))
+    ok &= low >= high * math.exp(-(_RELATIVE_LOG - step_spread))
+    return bool(ok.all())
+
+
+class ForwardBackward:
+    """Rescaled forward (and, on demand, backward) scan of a first-order chain in float64.
+
+    Args:
+        start, transitions, end: ``[S]``, ``[S, S]``, ``[S]`` scores (any float dtype).
+        emissions: ``[B, T, S]`` compacted emissions.
+        lengths: ``[B]`` valid positions per row.
+        step_spread: :meth:`Chain.step_spread` of these potentials.
+
+    After construction ``ok`` says whether the forward scan is certified; ``log_z`` is ``[B]``.
+    """
+
+    def __init__(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+                 step_spread: float) -> None:
+        f64 = torch.float64
+        batch, steps, size = emissions.shape
+        self.size, self.steps, self.spread = size, steps, step_spread
+        self.interval = rescale_interval(step_spread)
+        em = emissions.detach().to(f64).transpose(0, 1)  # [T, B, S]
+        active = torch.arange(steps, device=em.device).unsqueeze(1) < lengths  # [T, B]
+        shift = em.amax(-1, keepdim=True)  # [T, B, 1]
+        # probs[t, b] = exp(emissions - shift) over the tags and 0 for END while active, else only END
+        probs = em.new_zeros(steps + 1, batch, size + 1)
+        probs[:steps, :, :size] = torch.where(active.unsqueeze(-1), torch.exp(em - shift), 0.0)
+        probs[:steps, :, size] = ~active
+        probs[steps, :, size] = 1.0
+        moves = em.new_zeros(size + 1, size + 1)  # exp of the END-augmented transition scores
+        moves[:size, :size] = transitions.detach().to(f64).exp()
+        moves[:size, size] = end.detach().to(f64).exp()
+        moves[size, size] = 1.0
+        self.probs, self.moves = probs, moves
+        self.log_shift = torch.where(active, shift.squeeze(-1), 0.0).sum(0)  # [B]
+
+        # alpha_t = (alpha_{t-1} @ moves) * probs_t, rescaled to row maximum 1 every `interval` steps
+        alphas = em.new_empty(steps + 1, batch, size + 1)
+        rows, weights = alphas.unbind(0), probs.unbind(0)
+        rows[0][:, :size] = start.detach().to(f64).exp()
+        rows[0][:, size] = 1.0
+        rows[0].mul_(weights[0])
+        log_scale = em.new_zeros(batch)
+        interval = self.interval
+        for t in range(1, steps + 1):
+            torch.mm(rows[t - 1], moves, out=rows[t])
+            rows[t].mul_(weights[t])
+            if t % interval == 0 and t < steps:
+                peak = rows[t].amax(-1, keepdim=True)
+                rows[t].div_(peak)
+                log_scale += torch.log(peak.squeeze(-1))
+        self.alphas = alphas
+        self.ok = _certified(alphas, step_spread)
+        self.log_z = torch.log(alphas[steps, :, size]) + log_scale + self.log_shift
+        self.betas: Tensor | None = None
+
+    def backward_ok(self) -> bool:
+        """Run the backward scan; False if it cannot be certified."""
+        if self.betas is None:
+            steps, interval = self.steps, self.interval
+            # beta_t = (beta_{t+1} * probs_{t+1}) @ moves^T; `after` keeps beta_t * probs_t
+            betas, after = torch.empty_like(self.alphas), torch.empty_like(self.alphas)
+            rows, weighted, weights = betas.unbind(0), after.unbind(0), self.probs.unbind(0)
+            back = self.moves.t().contiguous()
+            rows[steps].fill_(1.0)
+            weighted[steps].copy_(weights[steps])
+            divisors = []
+            for t in range(steps - 1, -1, -1):
+                torch.mm(weighted[t + 1], back, out=rows[t])
+                if (steps - t) % interval == 0 and t > 0:
+                    peak = rows[t].amax(-1, keepdim=True)
+                    rows[t].div_(peak)
+                    divisors.append((t, peak.squeeze(-1)))
+                torch.mul(rows[t], weights[t], out=weighted[t])
+            self.betas, self.after, self._divisors = betas, after, divisors
+            self._backward_ok = _certified(betas, self.spread)
+            if self._backward_ok:
+                # sums[t] = sum_s alpha_t(s) beta_t(s): Z times the rescalings of both scans up to t
+                self.sums = (self.alphas * betas).sum(-1)  # [T + 1, B]
+                self._backward_ok = bool((self.sums >= math.exp(-2 * _MAX_LOG)).all())
+        return self._backward_ok
+
+    def node_marginals(self) -> Tensor | None:
+        """``[B, T, S]`` float64 posteriors (0 past each length), or None if not certified."""
+        if not self.backward_ok():
+            return None
+        marg = self.alphas * self.betas / self.sums.unsqueeze(-1)
+        return marg[: self.steps, :, : self.size].transpose(0, 1)
+
+    def gradients(self, grad_log_z: Tensor, need_moves: bool
+                  ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor] | None:
+        """Gradients of ``sum_b grad_log_z[b] log Z[b]``: start ``[S]``, transitions ``[S, S]``,
+        end ``[S]``, emissions ``[B, T, S]`` (float64); None if the backward scan is not certified."""
+        if not self.backward_ok():
+            return None
+        size, steps = self.size, self.steps
+        weight = grad_log_z.to(torch.float64) / self.sums  # [T + 1, B]
+        marg = self.alphas * self.betas * weight.unsqueeze(-1)
+        grad_emissions = marg[:steps, :, :size].transpose(0, 1)
+        grad_start = marg[0, :, :size].sum(0)
+        if not need_moves:
+            return grad_start, None, None, grad_emissions
+        # edge(t: i -> j) = alpha_t(i) moves(i, j) probs_{t+1}(j) beta_{t+1}(j) / (sums_t * divisor_t):
+        # beta_t was divided by divisor_t after being computed from beta_{t+1}
+        weight = weight[:steps]
+        if self._divisors:
+            divisor = torch.ones_like(weight)
+            for t, peak in self._divisors:
+                divisor[t] = peak
+            weight = weight / divisor
+        left = (self.alphas[:steps] * weight.unsqueeze(-1)).reshape(-1, size + 1)
+        edges = (left.t() @ self.after[1:].reshape(-1, size + 1)).mul_(self.moves)
+        return grad_start, edges[:size, :size], edges[:size, size], grad_emissions
+
+
+class KernelForwardBackward:
+    """:class:`ForwardBackward`'s interface on the compiled kernel (:mod:`~neurocrf.structs.fast_kernel`),
+    rescaled at every position and certified as it runs (no step spread needed)."""
+
+    def __init__(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor) -> None:
+        f64 = torch.float64
+        self.emissions = emissions.detach().to(f64).contiguous()
+        shift = self.emissions.amax(-1, keepdim=True)
+        self.probs = (self.emissions - shift).exp_()
+        self.shift = shift.squeeze(-1)
+        self.moves, self.end = transitions.detach().to(f64).contiguous(), end.detach().to(f64).contiguous()
+        self.lengths = lengths.to(torch.long).contiguous()
+        self.log_z, self.alphas, self.ok = fast_kernel.fb_forward(
+            start.detach().to(f64).contiguous(), self.moves, self.end, self.emissions, self.probs, self.shift,
+            self.lengths, _TINY)
+
+    def gradients(self, grad_log_z: Tensor, need_moves: bool
+                  ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor] | None:
+        *grads, ok = fast_kernel.fb_backward(self.moves, self.end, self.emissions, self.probs, self.shift,
+                                             self.lengths, self.alphas, grad_log_z.to(torch.float64).contiguous(),
+                                             _TINY, math.exp(-2 * _MAX_LOG))
+        return tuple(grads) if ok else None
+
+    def node_marginals(self) -> Tensor | None:
+        grads = self.gradients(self.log_z.new_ones(self.log_z.shape), False)
+        return None if grads is None else grads[3]
+
+
+def forward_backward(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+                     step_spread: Callable[[], float]) -> ForwardBackward | KernelForwardBackward | None:
+    """The certified forward scan, compiled when the kernel is on (CPU tensors), else pure torch;
+    None when it cannot be certified. ``step_spread()`` (:meth:`Chain.step_spread`) is called only
+    by the pure-torch scan."""
+    with torch.no_grad():
+        if fast_kernel.available(emissions):
+            scan = KernelForwardBackward(start, transitions, end, emissions, lengths)
+        else:
+            spread = step_spread()
+            if not spread <= _SPREAD_LIMIT:  # also NaN
+                return None
+            scan = ForwardBackward(start, transitions, end, emissions, lengths, spread)
+    return scan if scan.ok else None
+
+
+class FastLogPartition(torch.autograd.Function):
+    """log Z from a certified scan (:class:`ForwardBackward`, :class:`KernelForwardBackward` or
+    :class:`~neurocrf.structs.fast_pairs.PairForwardBackward`), with its forward-backward gradient.
+
+    Double backward (``create_graph=True``) recomputes the gradient through ``fallback``, the
+    general chain's differentiable log partition, so second derivatives are whatever that path
+    guarantees.
+    """
+
+    @staticmethod
+    def forward(ctx, start, transitions, end, emissions, scan, fallback):  # type: ignore[override]
+        ctx.scan, ctx.fallback = scan, fallback
+        ctx.save_for_backward(start, transitions, end, emissions)
+        return scan.log_z.to(emissions.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_log_z):  # type: ignore[override]
+        inputs = ctx.saved_tensors
+        needed = ctx.needs_input_grad[:4]
+        grads = None
+        if not torch.is_grad_enabled():
+            with torch.no_grad():
+                grads = ctx.scan.gradients(grad_log_z, needed[1] or needed[2])
+        if grads is None:
+            with torch.enable_grad():
+                chosen = [x for x, need in zip(inputs, needed) if need]
+                log_z = ctx.fallback(*inputs)
+                grads = iter(torch.autograd.grad(log_z, chosen, grad_log_z, create_graph=torch.is_grad_enabled(),
+                                                 allow_unused=True))
+            out = [next(grads) if need else None for need in needed]
+        else:
+            out = [None if g is None or not need else g.to(x.dtype) for g, need, x in zip(grads, needed, inputs)]
+        return (*out, None, None)
+
+
+def log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+                  step_spread: Callable[[], float], fallback: Callable[..., Tensor]) -> Tensor | None:
+    """``[B]`` log partition by the fast path, or None when it cannot be certified.
+
+    ``fallback(start, transitions, end, emissions)`` must compute the same log partition
+    differentiably (used for double backward and when the backward scan is not certified).
+    """
+    scan = forward_backward(start, transitions, end, emissions, lengths, step_spread)
+    if scan is None:
+        return None
+    return FastLogPartition.apply(start, transitions, end, emissions, scan, fallback)
+
+
+def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
+            ) -> tuple[Tensor, Tensor]:
+    """Best path of a first-order chain: states ``[B, T]`` (-1 past each length), scores ``[B]``.
+
+    Max-plus scan with the absorbing END state, two operations per position (the sums are those of
+    :meth:`Chain.viterbi`, so are the ties); the back-pointers are followed by pointer doubling,
+    ``log2 T`` batched gathers instead of ``T`` small ones.
+    """
+    if fast_kernel.available(emissions):
+        return fast_kernel.viterbi(*(x.contiguous() for x in (start, transitions, end, emissions)),
+                                   lengths.to(torch.long).contiguous())
+    batch, steps, size = emissions.shape
+    width = size + 1
+    em = emissions.transpose(0, 1)  # [T, B, S]
+    active = torch.arange(steps, device=em.device).unsqueeze(1) < lengths  # [T, B]
+    neg = em.new_full((), -math.inf)
+    scores_in = em.new_full((steps + 1, batch, width), -math.inf)  # emissions over S' per position
+    scores_in[:steps, :, :size] = torch.where(active.unsqueeze(-1), em, neg)
+    scores_in[:steps, :, size] = torch.where(active, neg, em.new_zeros(()))
+    scores_in[steps, :, size] = 0.0
+    into = em.new_full((width, width), -math.inf)  # into[j, i]: score of the move i -> j
+    into[:size, :size] = transitions.t()
+    into[size, :size] = end
+    into[size, size] = 0.0
+    first = em.new_zeros(width)
+    first[:size] = start
+    # step[t][b, j, i] = into[j, i] + emission of j at position t + 1 (the reduced dim is last)
+    step = (into + scores_in[1:].unsqueeze(-1)).unbind(0)
+    pointers = torch.empty(steps, batch, width, dtype=torch.long, device=em.device)
+    pointer_rows = pointers.unbind(0)
+    scores = em.new_empty(2, batch, width)  # two alternating buffers
+    torch.add(first, scores_in[0], out=scores[0])
+    rows, wide = scores.unbind(0), scores.unsqueeze(2).unbind(0)
+    buffer = em.new_empty(batch, width, width)
+    for t in range(steps):
+        torch.add(wide[t % 2], step[t], out=buffer)
+        torch.max(buffer, -1, out=(rows[1 - t % 2], pointer_rows[t]))
+    score = rows[steps % 2]
+    # maps[t] sends a state at position t + 1 to its best predecessor at t; after doubling, the
+    # state at position T (END in every row) to the state at t on the best path
+    maps, span = pointers, 1
+    while span < steps:
+        maps = torch.cat([torch.gather(maps[:-span], 2, maps[span:]), maps[-span:]])
+        span *= 2
+    states = maps[:, :, size].t()  # [B, T]
+    best = score[:, size]
+    found = (states < size) & (best > -math.inf).unsqueeze(1)  # rows without any path: all -1
+    return torch.where(found, states, -1), best
+
+
+def step_spread(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, num_states: int) -> float:
+    """:meth:`Chain.step_spread` with one device synchronisation: ``2 * emission spread + score
+    range (0 included) + log(num_states + 1)``; ``-inf`` entries do not count, ``+inf`` or NaN give
+    a non-finite result."""
+    with torch.no_grad():
+        parts = []
+        if emissions.numel():
+            high = emissions.amax(-1)
+            low = torch.where(torch.isneginf(emissions), math.inf, emissions).amin(-1)
+            parts.append(torch.where(torch.isfinite(high), high - low, 0.0).amax().to(torch.float64).view(1))
+        else:
+            parts.append(start.new_zeros(1, dtype=torch.float64))
+        scores = torch.cat([start.reshape(-1), transitions.reshape(-1), end.reshape(-1)])
+        if scores.numel():
+            parts.append(scores.amax().to(torch.float64).view(1))
+            parts.append(torch.where(torch.isneginf(scores), 0.0, scores).amin().to(torch.float64).view(1))
+        spread, high, low = (torch.cat(parts).tolist() + [0.0, 0.0])[:3]
+        return 2 * spread + max(high, 0.0) - min(low, 0.0) + math.log(num_states + 1)
+
+
+class _GoldScore(torch.autograd.Function):
+    """Score of given tag paths under a first-order chain with shared transitions; one autograd
+    node whose backward scatters the path's counts."""
+
+    @staticmethod
+    def forward(ctx, start, transitions, end, emissions, states, lengths):  # type: ignore[override]
+        batch, steps, size = emissions.shape
+        if fast_kernel.available(emissions) and emissions.dtype in (torch.float32, torch.float64):
+            states, lengths = states.contiguous(), lengths.to(torch.long).contiguous()
+            ctx.kernel = True
+            ctx.save_for_backward(states, lengths)
+            ctx.shapes = size
+            return fast_kernel.gold_score(*(x.contiguous() for x in (start, transitions, end, emissions)), states, lengths)
+        ctx.kernel = False
+        active = torch.arange(steps, device=states.device) < lengths.unsqueeze(1)  # [B, T]
+        has_any = lengths > 0
+        last = states.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+        pairs = states[:, :-1] * size + states[:, 1:]  # flat (previous, next) ids [B, T - 1]
+        ctx.save_for_backward(states, active, has_any, last, pairs)
+        ctx.shapes = (start.shape, transitions.shape, end.shape, emissions.shape)
+        zero = emissions.new_zeros(())
+        emitted = torch.where(active, emissions.gather(2, states.unsqueeze(-1)).squeeze(-1), zero).sum(1)
+        moved = torch.where(active[:, 1:], transitions.reshape(-1)[pairs], zero).sum(1)
+        ends = torch.where(has_any, start[states[:, 0]] + end[last], zero)
+        return emitted + moved + ends
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        if ctx.kernel:
+            states, lengths = ctx.saved_tensors
+            grads = fast_kernel.gold_backward(states, lengths, grad.contiguous(), ctx.shapes)
+            return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None, None)
+        states, active, has_any, last, pairs = ctx.saved_tensors
+        start_shape, moves_shape, end_shape, em_shape = ctx.shapes
+        need = ctx.needs_input_grad
+        grads = [None] * 6
+        row = torch.where(has_any, grad, 0.0)
+        if need[0]:
+            grads[0] = grad.new_zeros(start_shape).index_add_(0, states[:, 0], row)
+        if need[1]:
+            weights = torch.where(active[:, 1:], grad.unsqueeze(1), 0.0)
+            grads[1] = grad.new_zeros(moves_shape.numel()).index_add_(0, pairs.reshape(-1), weights.reshape(-1))
+            grads[1] = grads[1].view(moves_shape)
+        if need[2]:
+            grads[2] = grad.new_zeros(end_shape).index_add_(0, last, row)
+        if need[3]:
+            weights = torch.where(active, grad.unsqueeze(1), 0.0).unsqueeze(-1)
+            grads[3] = grad.new_zeros(em_shape).scatter_(2, states.unsqueeze(-1), weights)
+        return tuple(grads)
+
+
+def path_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, states: Tensor,
+               lengths: Tensor) -> Tensor:
+    """``[B]`` score of the state paths ``states [B, T]`` (entries past each length ignored) of a
+    first-order chain with shared transitions ``[S, S]``; same value as
+    :func:`~neurocrf.structs.chain.path_score`."""
+    return _GoldScore.apply(start, transitions, end, emissions, states, lengths)

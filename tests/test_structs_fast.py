@@ -1,0 +1,313 @@
+"""The fast first-order path (pure torch and the optional compiled kernel) against enumeration and
+against the general chain engine, its certificate, its fallbacks and double backward."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from neurocrf.structs import LinearChainCRF, allowed_transitions, chain, fast_first_order, fast_kernel
+from neurocrf.structs.chain import Chain
+from tests import test_structs_bruteforce as bf
+
+FIRST_ORDER_CASES = [case for case in bf.CASES if case[0] == "first_order"]
+ENUMERATION_CHECKS = [bf.test_log_partition, bf.test_score_and_nll, bf.test_decode, bf.test_marginals,
+                      bf.test_partial_labels, bf.test_marginals_are_gradient_of_log_partition,
+                      bf.test_parameter_gradients_match_autograd_through_enumeration]
+
+
+@pytest.fixture
+def compiled():
+    """The compiled kernel on for one test (skipped where it cannot be built)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if not fast_kernel.use_compiled_kernel(True):
+            fast_kernel.use_compiled_kernel(False)
+            pytest.skip("no C compiler: the compiled kernel is unavailable")
+    yield
+    fast_kernel.use_compiled_kernel(False)
+
+
+@pytest.fixture
+def taken(monkeypatch):
+    """Counts the certified fast scans (log partition, gradients, marginals) and fast Viterbi calls."""
+    counts = {"scan": 0, "viterbi": 0}
+    scan, viterbi = fast_first_order.forward_backward, fast_first_order.viterbi
+
+    def counted_scan(*args, **kwargs):
+        result = scan(*args, **kwargs)
+        counts["scan"] += result is not None
+        return result
+
+    def counted_viterbi(*args, **kwargs):
+        counts["viterbi"] += 1
+        return viterbi(*args, **kwargs)
+
+    monkeypatch.setattr(fast_first_order, "forward_backward", counted_scan)
+    monkeypatch.setattr(fast_first_order, "viterbi", counted_viterbi)
+    return counts
+
+
+def general_engine(monkeypatch) -> None:
+    monkeypatch.setattr(fast_first_order, "applies", lambda *args: False)
+
+
+def case_setup(case):
+    kind, tags, scheme, constrained, options = case
+    crf, constraints = bf.make_layer(kind, tags, scheme, constrained, **options)
+    generator = torch.Generator().manual_seed(len(tags) * 7 + len(kind))
+    emissions = torch.randn(5, 6, len(tags), generator=generator, dtype=torch.float64) * 2
+    return crf, constraints, emissions, bf.random_mask(5, 6, generator), generator
+
+
+@pytest.mark.parametrize("path", ["torch", "compiled"])
+@pytest.mark.parametrize("case", FIRST_ORDER_CASES, ids=lambda c: f"{c[2]}-{'c' if c[3] else 'u'}")
+def test_fast_paths_against_enumeration(path, case, taken, request):
+    if path == "compiled":
+        request.getfixturevalue("compiled")
+    setup = case_setup(case)
+    for check in ENUMERATION_CHECKS:
+        check(setup)
+    assert taken["scan"] > 0 and taken["viterbi"] > 0
+
+
+def layer_outputs(crf, emissions, mask, tags):
+    """Log Z, NLL and every gradient, marginals, Viterbi tags and n-best scores."""
+    crf.zero_grad()
+    leaf = emissions.clone().requires_grad_(True)
+    nll = crf(leaf, tags, mask, reduction="sum")
+    nll.backward()
+    with torch.no_grad():
+        return [crf.log_partition(emissions, mask), nll.detach(), leaf.grad, *[p.grad.clone() for p in crf.parameters()],
+                crf.marginals(emissions, mask), crf.decode(emissions, mask), crf.nbest(emissions, mask, k=3)[1]]
+
+
+def random_inputs(num_tags: int, batch: int, seq_len: int, scale: float, dtype=torch.float64, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    emissions = (torch.randn(batch, seq_len, num_tags, generator=generator) * scale).to(dtype)
+    mask = torch.rand(batch, seq_len, generator=generator) < 0.8
+    mask[0] = True
+    mask[1] = False  # an empty row
+    mask[2, 1:] = False  # a row of length 1
+    tags = torch.randint(num_tags, (batch, seq_len), generator=generator)
+    return emissions, mask, tags
+
+
+def iob2_layer(dtype=torch.float64) -> LinearChainCRF:
+    tags = ["O", "B-A", "I-A", "B-B", "I-B"]
+    crf = LinearChainCRF(len(tags), allowed_transitions(tags, "IOB2")).to(dtype)
+    with torch.no_grad():
+        for param in crf.parameters():
+            param.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(3))
+    return crf
+
+
+@pytest.mark.parametrize("path", ["torch", "compiled"])
+def test_fast_paths_equal_general_engine_on_long_constrained_rows(path, monkeypatch, taken, request):
+    if path == "compiled":
+        request.getfixturevalue("compiled")
+    crf = iob2_layer()
+    emissions, mask, _ = random_inputs(5, 6, 70, scale=3.0)
+    gold = crf.decode(emissions, mask).clamp(min=0)
+    fast = layer_outputs(crf, emissions, mask, gold)
+    assert taken["scan"] > 0
+    general_engine(monkeypatch)
+    for got, expected in zip(fast, layer_outputs(crf, emissions, mask, gold)):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_compiled_kernel_equals_torch_path_in_float32(compiled):
+    crf = iob2_layer(torch.float32)
+    emissions, mask, _ = random_inputs(5, 7, 33, scale=2.0, dtype=torch.float32, seed=5)
+    tags = crf.decode(emissions, mask).clamp(min=0)
+    with_kernel = layer_outputs(crf, emissions, mask, tags)
+    fast_kernel.use_compiled_kernel(False)
+    for got, expected in zip(with_kernel, layer_outputs(crf, emissions, mask, tags)):
+        if got.dtype == torch.long:
+            assert torch.equal(got, expected)  # same sums, same ties: the same Viterbi paths
+        else:
+            torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("budget, interval", [(1e-9, 1), (300.0, 3), (1e9, 13101539)])
+def test_rescaling_interval_is_exact_or_falls_back(budget, interval, monkeypatch):
+    """Rescaling every position, every few positions, or never: certified results equal the
+    log-space scan; without rescaling these rows sink about 350 nats, fail the certificate and fall
+    back."""
+    monkeypatch.setattr(fast_first_order, "_SCALE_BUDGET", budget)
+    crf = iob2_layer()
+    emissions, mask, _ = random_inputs(5, 4, 500, scale=6.0, seed=1)
+    tags = crf.decode(emissions, mask).clamp(min=0)
+    graph = Chain(*crf._potentials(torch.float64), emissions, mask.sum(1))
+    scan = fast_first_order.ForwardBackward(*graph._originals, graph.lengths, graph.step_spread())
+    assert scan.interval == interval
+    assert scan.ok == (budget < 1e9)
+    fast = layer_outputs(crf, emissions, mask, tags)
+    general_engine(monkeypatch)
+    monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)  # log space
+    for got, expected in zip(fast, layer_outputs(crf, emissions, mask, tags)):
+        torch.testing.assert_close(got, expected)  # float64: rtol 1e-7, atol 1e-7
+
+
+def test_certificate_rejects_values_below_float64_range():
+    values = torch.tensor([[[1.0, 0.5, 0.0]], [[1.0, 1e-200, 0.0]]], dtype=torch.float64)
+    assert fast_first_order._certified(values[:1], 10.0)
+    assert not fast_first_order._certified(values, 10.0)  # 1e-200 < exp(-(400 - 10)) relative
+    assert not fast_first_order._certified(torch.full((1, 1, 2), math.nan, dtype=torch.float64), 10.0)
+    assert not fast_first_order._certified(torch.full((1, 1, 2), 1e200, dtype=torch.float64), 10.0)
+
+
+@pytest.mark.parametrize("path", ["torch", "compiled"])
+def test_sinking_path_is_refused_and_recomputed_exactly(path, request):
+    """Two separated chains (A->A, B->B): B sinks 800 nats below A, then catches up; the fast scans
+    must refuse (float64 would lose B) and the answer must still be exact: log(2) + 800."""
+    if path == "compiled":
+        request.getfixturevalue("compiled")
+    from neurocrf.structs.constraints import Constraints
+
+    allowed = torch.tensor([[True, False], [False, True]])
+    crf = LinearChainCRF(2, Constraints(torch.ones(2, dtype=torch.bool), allowed, torch.ones(2, dtype=torch.bool)))
+    crf = crf.double()
+    with torch.no_grad():
+        for param in crf.parameters():
+            param.zero_()
+    emissions = torch.zeros(1, 80, 2, dtype=torch.float64)
+    emissions[0, :40, 0] = 20.0
+    emissions[0, 40:, 1] = 20.0
+    graph = Chain(*crf._potentials(torch.float64), emissions, torch.tensor([80]))
+    assert fast_first_order.forward_backward(*graph._originals, graph.lengths, graph.step_spread) is None
+    torch.testing.assert_close(crf.log_partition(emissions), torch.tensor([800.0 + math.log(2.0)], dtype=torch.float64))
+    torch.testing.assert_close(crf.marginals(emissions)[0, :, 1], torch.full((80,), 0.5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("path", ["torch", "compiled"])
+def test_double_backward_goes_through_the_general_engine(path, monkeypatch, request):
+    """create_graph=True: second derivatives are those of the general engine's log partition."""
+    if path == "compiled":
+        request.getfixturevalue("compiled")
+    crf = iob2_layer()
+    emissions, mask, _ = random_inputs(5, 3, 7, scale=1.0, seed=2)
+    direction = torch.randn_like(emissions)
+
+    def second_derivative():
+        leaf = emissions.clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(crf.log_partition(leaf, mask).sum(), leaf, create_graph=True)
+        (again,) = torch.autograd.grad((grad * direction).sum(), leaf)
+        return grad.detach(), again
+
+    fast = second_derivative()
+    general_engine(monkeypatch)
+    for got, expected in zip(fast, second_derivative()):
+        torch.testing.assert_close(got, expected)
+
+
+def test_compiled_kernel_falls_back_cleanly_without_a_compiler(monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(fast_kernel, "_library", None)
+    monkeypatch.setattr(fast_kernel, "_failed", None)
+    try:
+        with pytest.warns(RuntimeWarning, match="compiled CRF kernel is unavailable"):
+            assert not fast_kernel.use_compiled_kernel(True)
+        crf = iob2_layer()
+        emissions, mask, _ = random_inputs(5, 3, 9, scale=1.0)
+        tags = crf.decode(emissions, mask).clamp(min=0)
+        assert torch.isfinite(crf(emissions, tags, mask)).all()
+        assert crf.decode(emissions, mask).shape == mask.shape
+    finally:
+        fast_kernel.use_compiled_kernel(False)
+
+
+def test_step_spread_matches_its_definition():
+    start = torch.tensor([0.5, -math.inf, -2.0])
+    moves = torch.tensor([[1.0, -math.inf, 0.0], [3.0, -1.0, 2.0], [0.0, 0.0, -math.inf]])
+    end = torch.tensor([-0.5, 0.0, 4.0])
+    emissions = torch.tensor([[[1.0, -math.inf, 3.0], [-math.inf] * 3], [[0.0, 0.5, -1.0], [2.0, 2.0, 2.0]]])
+    # emission spread 2 (rows 0 and 1 of the first sequence: 3 - 1 and all -inf -> 0; 0.5 - (-1) = 1.5)
+    expected = 2 * 2.0 + 4.0 - (-2.0) + math.log(3 + 1)
+    assert fast_first_order.step_spread(start, moves, end, emissions, 3) == pytest.approx(expected)
+    assert math.isnan(fast_first_order.step_spread(start, moves * math.nan, end, emissions, 3))
+
+
+def test_compiled_gold_score_rejects_out_of_range_states(compiled):
+    start, moves, end = torch.zeros(3), torch.zeros(3, 3), torch.zeros(3)
+    emissions = torch.randn(2, 4, 3)
+    lengths = torch.tensor([4, 2])
+    states = torch.tensor([[0, 1, 2, 1], [2, 0, 7, 7]])  # past row 1's length: ignored
+    expected = chain.path_score(start, moves, end, emissions, states.clamp(max=2), lengths)
+    torch.testing.assert_close(fast_first_order.path_score(start, moves, end, emissions, states, lengths), expected)
+    states[1, 1] = 3
+    with pytest.raises(IndexError, match="outside"):
+        fast_first_order.path_score(start, moves, end, emissions, states, lengths)
+
+
+@pytest.mark.parametrize("path", ["torch", "compiled"])
+def test_row_without_a_path_decodes_to_minus_one(path, request):
+    """IOB2 forbids I-A after O: a row whose emissions allow only O then I-A has no path."""
+    if path == "compiled":
+        request.getfixturevalue("compiled")
+    crf = iob2_layer()
+    emissions = torch.randn(2, 4, 5, dtype=torch.float64)
+    emissions[1] = -math.inf
+    emissions[1, :2, 0] = 0.0  # O, O
+    emissions[1, 2:, 2] = 0.0  # I-A, I-A
+    tags = crf.decode(emissions)
+    assert bool((tags[1] == -1).all())
+    assert bool((tags[0] >= 0).all())
+
+
+@pytest.mark.parametrize("budget, max_log, certified", [(1e-9, 300.0, True), (300.0, 300.0, True), (1e9, 5.0, False)])
+def test_pair_scan_is_exact_or_falls_back(budget, max_log, certified, monkeypatch):
+    """Second order (fast_pairs): log Z, every gradient and the marginals equal the log-space scan
+    whether the pair scan rescales every position or every few; a scan whose values leave the
+    certified range (narrowed here to exp(+-5), never rescaled) hands over to the general engine."""
+    from neurocrf.structs import SecondOrderCRF, fast_pairs
+
+    monkeypatch.setattr(fast_first_order, "_SCALE_BUDGET", budget)
+    monkeypatch.setattr(fast_pairs, "_MAX_LOG", max_log)
+    built, scan_class = [], fast_pairs.PairForwardBackward
+    monkeypatch.setattr(fast_pairs, "PairForwardBackward", lambda *args: built.append(scan_class(*args)) or built[-1])
+    tags = ["O", "B-A", "I-A", "B-B", "I-B"]
+    crf = SecondOrderCRF(len(tags), allowed_transitions(tags, "IOB2")).double()
+    with torch.no_grad():
+        for param in crf.parameters():
+            param.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(4))
+    emissions, mask, _ = random_inputs(5, 4, 120, scale=3.0, seed=6)
+    gold = crf.decode(emissions, mask).clamp(min=0)
+    fast = layer_outputs(crf, emissions, mask, gold)
+    assert built and all(scan.ok == certified for scan in built)
+    general_engine(monkeypatch)
+    monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)  # log space
+    for got, expected in zip(fast, layer_outputs(crf, emissions, mask, gold)):
+        torch.testing.assert_close(got, expected)
+
+
+def test_pair_viterbi_equals_general_engine(monkeypatch):
+    """fast_pairs.viterbi (back-pointers recomputed along the path) = the general engine's paths."""
+    from neurocrf.structs import SecondOrderCRF, fast_pairs
+
+    tags = ["O", "B-A", "I-A", "B-B", "I-B"]
+    crf = SecondOrderCRF(len(tags), allowed_transitions(tags, "IOB2"))
+    with torch.no_grad():
+        for param in crf.parameters():
+            param.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(5))
+    emissions, mask, _ = random_inputs(5, 300, 30, scale=2.0, dtype=torch.float32, seed=7)
+    mask[4] = True
+    emissions[4] = -math.inf
+    emissions[4, :, 0] = 0.0
+    emissions[4, 3, 2] = 0.0  # a row whose only admissible tags form no path: O then I-A only
+    emissions[4, 3, 0] = -math.inf
+    assert fast_pairs.viterbi_pays_off(300, len(tags) + 2)
+    calls = []
+    scan = fast_pairs.viterbi
+    monkeypatch.setattr(fast_pairs, "viterbi", lambda *args: calls.append(1) or scan(*args))
+    fast = crf.decode(emissions, mask)
+    assert calls
+    general_engine(monkeypatch)
+    expected = crf.decode(emissions, mask)
+    expected[4] = -1
+    assert torch.equal(fast, expected)
+    assert bool((fast[4] == -1).all())
