@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import string
 from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers_transformer import save_tiny_bert
 from omegaconf import DictConfig
 
 from neurocrf.cli.train import train
@@ -36,23 +36,8 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random 1-layer BERT with a character-level WordPiece vocabulary, saved like a hub folder."""
-    transformers = pytest.importorskip("transformers")
-    folder = tmp_path_factory.mktemp("tiny_bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    chars = string.ascii_letters + string.digits + string.punctuation
-    vocab += list(chars) + [f"##{c}" for c in chars]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    try:  # transformers >= 5 takes `vocab=`, 4.x `vocab_file=`
-        tokenizer = transformers.BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=False)
-    except (TypeError, ValueError):
-        tokenizer = transformers.BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=False)
-    tokenizer.save_pretrained(str(folder))
-    config = transformers.BertConfig(
-        vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=16, max_position_embeddings=128,
-    )
-    transformers.BertModel(config).save_pretrained(str(folder))
-    return folder
+    pytest.importorskip("transformers")
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
 
 
 def compose_config(name: str, tmp_path: Path, data_dir: Path | None, overrides: list[str]) -> DictConfig:

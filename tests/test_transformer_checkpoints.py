@@ -84,7 +84,8 @@ def test_fit_runs_the_transformer_in_train_mode_and_validates_in_eval_mode(
         warnings.simplefilter("always")
         trainer.fit(model, datamodule=datamodule)
     eval_mode_warnings = [str(w.message) for w in caught if "eval mode" in str(w.message)]
-    assert not eval_mode_warnings if fine_tune else True
+    if fine_tune:
+        assert not eval_mode_warnings
     stages = [(stage, epoch) for stage, epoch, _ in model.seen]
     assert stages == [("train", 0), ("train", 0), ("val", 0), ("train", 1), ("train", 1), ("val", 1)]
     for stage, _, modes in model.seen:
