@@ -53,7 +53,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +62,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from json_worker import JsonWorker, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("NEUROCRF_DATA", ROOT.parent / "shared" / "data"))
@@ -186,76 +186,27 @@ class NeurocrfSide:
 # ---------------------------------------------------------------------------------- flair side
 
 
-class Worker:
-    """One side in a persistent subprocess speaking JSON lines (see :func:`worker_main`)."""
-
-    def __init__(
-        self, kind: str, python: str, setup: dict[str, Any], threads: int, env: dict[str, str] | None = None
-    ) -> None:
-        self.kind = kind
-        self.process = subprocess.Popen(
-            [python, str(Path(__file__).resolve()), "--worker", kind, "--threads", str(threads)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=tempfile.gettempdir(),  # so that PYTHONPATH, not the current folder, picks neurocrf
-        )
-        self.info = self.call({"op": "setup", **setup})
-
-    def call(self, message: dict[str, Any]) -> Any:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps(message) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.kind} worker died (exit code {self.process.wait()})")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise RuntimeError(f"{self.kind} worker: {reply['error']}")
-        return reply["result"]
-
-    def run(self, chars: str, batches: list[list[int]]) -> list[float]:
-        return self.call({"op": "run", "chars": chars, "batches": batches})
-
-    def close(self) -> None:
-        try:
-            self.call({"op": "quit"})
-        finally:
-            self.process.wait(timeout=60)
+def start_worker(kind: str, python: str, setup: dict[str, Any], threads: int,
+                 env: dict[str, str] | None = None) -> JsonWorker:
+    """One side (``flair`` or another ``neurocrf``) in its own interpreter (see :func:`worker_main`)."""
+    command = [python, str(Path(__file__).resolve()), "--worker", kind, "--threads", str(threads)]
+    return JsonWorker(kind, command, setup, env=env)
 
 
 def worker_main(kind: str, threads: int) -> None:
-    """Reads JSON requests on stdin; answers on the original stdout (logs go to stderr)."""
-    protocol = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    """The subprocess of one side: ``setup`` builds it, ``run`` times a chunk of batches."""
     torch.set_num_threads(threads)
     state: dict[str, Any] = {}
-    for line in sys.stdin:
-        request = json.loads(line)
-        try:
-            if request["op"] == "quit":
-                protocol.write(json.dumps({"result": None}) + "\n")
-                protocol.flush()
-                return
-            if request["op"] == "setup":
-                result = _flair_setup(state, request) if kind == "flair" else _neurocrf_setup(state, request)
-            elif request["op"] == "run":
-                if kind == "flair":
-                    result = [_flair_step(state, request["chars"], batch) for batch in request["batches"]]
-                else:
-                    result = state["side"].run(request["chars"], request["batches"])
-            else:
-                raise ValueError(f"unknown op {request['op']!r}")
-            reply = {"result": result}
-        except Exception as error:  # noqa: BLE001 - report it to the parent, keep serving
-            import traceback
 
-            traceback.print_exc()
-            reply = {"error": f"{type(error).__name__}: {error}"}
-        protocol.write(json.dumps(reply) + "\n")
-        protocol.flush()
+    def setup(request: dict[str, Any]) -> Any:
+        return _flair_setup(state, request) if kind == "flair" else _neurocrf_setup(state, request)
+
+    def run(request: dict[str, Any]) -> list[float]:
+        if kind == "flair":
+            return [_flair_step(state, request["chars"], batch) for batch in request["batches"]]
+        return state["side"].run(request["chars"], request["batches"])
+
+    serve({"setup": setup, "run": run})
 
 
 def _neurocrf_setup(state: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
@@ -433,19 +384,22 @@ def benchmark(args: argparse.Namespace) -> str:
     workdir = Path(tempfile.mkdtemp(prefix="bench_train_"))
     python = args.flair_python or (DEFAULT_FLAIR_PYTHON if DEFAULT_FLAIR_PYTHON and Path(DEFAULT_FLAIR_PYTHON).exists() else sys.executable)
     setup = flair_setup(args, side, tokens, tags, workdir)
-    workers = {"flair": Worker("flair", python, setup, args.threads)}
+    workers = {"flair": start_worker("flair", python, setup, args.threads)}
     info = workers["flair"].info
     print(f"flair worker: {info}", file=sys.stderr)
     if args.baseline:
         env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve())}
-        workers["baseline"] = Worker("neurocrf", sys.executable, setup, args.threads, env=env)
+        workers["baseline"] = start_worker("neurocrf", sys.executable, setup, args.threads, env=env)
         print(f"baseline worker: {workers['baseline'].info}", file=sys.stderr)
 
     epoch = {c.key: make_batches(len(tokens), c.batch_size, args.seed) for c in configs}
     per_chunk = {c.key: max(1, round(args.chunk_sentences / c.batch_size)) for c in configs}
     times: dict[tuple[str, str], list[list[float]]] = {}
     used: dict[str, list[list[list[int]]]] = {c.key: [] for c in configs}
-    runners = {"neurocrf": side.run, **{name: worker.run for name, worker in workers.items()}}
+    def remote(worker: JsonWorker) -> Any:
+        return lambda chars, batches: worker.call({"op": "run", "chars": chars, "batches": batches})
+
+    runners = {"neurocrf": side.run, **{name: remote(worker) for name, worker in workers.items()}}
     names = list(runners)
     started = time.time()
     try:

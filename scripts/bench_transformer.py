@@ -34,19 +34,18 @@ per-round time ratios (robust to load that drifts during the run).
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from json_worker import JsonWorker, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("NEUROCRF_DATA", ROOT.parent / "shared" / "data"))
@@ -185,56 +184,12 @@ class NeurocrfSide:
         return self._timed(work)
 
 
-class FlairWorker:
-    """flair in its own interpreter, answering JSON lines (see :func:`flair_worker`)."""
-
-    def __init__(self, python: str, setup: dict[str, Any], threads: int) -> None:
-        self.process = subprocess.Popen(
-            [python, str(Path(__file__).resolve()), "--flair-worker", "--threads", str(threads)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(),
-        )
-        self.info = self.call({"op": "setup", **setup})
-
-    def call(self, message: dict[str, Any]) -> Any:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps(message) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"flair worker died (exit code {self.process.wait()})")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise RuntimeError(f"flair worker: {reply['error']}")
-        return reply["result"]
-
-    def close(self) -> None:
-        self.call({"op": "quit"})
-        self.process.wait(timeout=60)
-
-
 def flair_worker(threads: int) -> None:
-    """Serves setup / train / predict requests on stdin; replies on the original stdout."""
-    protocol = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    """The flair side's subprocess: setup / train / predict requests (see :mod:`json_worker`)."""
     torch.set_num_threads(threads)
     state: dict[str, Any] = {}
-    for line in sys.stdin:
-        request = json.loads(line)
-        try:
-            if request["op"] == "quit":
-                protocol.write(json.dumps({"result": None}) + "\n")
-                protocol.flush()
-                return
-            result = {"setup": _flair_setup, "train": _flair_train, "predict": _flair_predict}[request["op"]](state, request)
-            reply = {"result": result}
-        except Exception as error:  # noqa: BLE001 - reported to the parent
-            import traceback
-
-            traceback.print_exc()
-            reply = {"error": f"{type(error).__name__}: {error}"}
-        protocol.write(json.dumps(reply) + "\n")
-        protocol.flush()
+    serve({op: functools.partial(handler, state)
+           for op, handler in (("setup", _flair_setup), ("train", _flair_train), ("predict", _flair_predict))})
 
 
 def _flair_setup(state: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
@@ -321,10 +276,11 @@ def benchmark(args: argparse.Namespace) -> str:
     flair = None
     if args.flair_python:
         types = sorted({t[2:] for _, tags in sentences for t in tags if t != "O"})
-        flair = FlairWorker(args.flair_python, {
-            "op": "setup", "model": args.model_dir,
-            "tokens": ours.tokens, "spans": [iob2_spans(t) for _, t in sentences], "types": types, "seed": args.seed,
-        }, args.threads)
+        command = [args.flair_python, str(Path(__file__).resolve()), "--flair-worker", "--threads", str(args.threads)]
+        flair = JsonWorker("flair", command, {
+            "model": args.model_dir, "tokens": ours.tokens, "spans": [iob2_spans(t) for _, t in sentences],
+            "types": types, "seed": args.seed,
+        })
     sides = ["train", "bare_train", "predict", "bare_predict", "crf"] + (["flair_train", "flair_predict"] if flair else [])
     times: dict[str, list[float]] = {side: [] for side in sides}
     optimizer_step = []
