@@ -132,8 +132,8 @@ def test_head_lr_with_encoder_lr_and_without_decay() -> None:
 def test_optimizer_options_are_checked() -> None:
     with pytest.raises(ValueError, match=r"unknown optimizer option\(s\) \['head_Lr'\]"):
         build_optimizer(CRFTagger(), {"name": "adamw", "head_Lr": 1e-3})
-    with pytest.raises(ValueError, match="optimizer.head_lr must be > 0"):
-        build_optimizer(CRFTagger(), {"name": "adamw", "head_lr": 0.0})
+    with pytest.raises(ValueError, match="optimizer.head_lr must be >= 0"):
+        build_optimizer(CRFTagger(), {"name": "adamw", "head_lr": -1e-3})
     optimizer = build_optimizer(CRFTagger(), {"name": "adam", "eps": 1e-6})
     assert optimizer.param_groups[0]["eps"] == 1e-6
 

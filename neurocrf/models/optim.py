@@ -219,8 +219,8 @@ def build_optimizer(model: nn.Module, config: dict[str, Any]) -> Optimizer:
         raise ValueError(f"unknown optimizer option(s) {unknown}; expected some of {sorted(OPTIMIZER_KEYS)}")
     for key in ("lr", "head_lr", "encoder_lr"):
         value = config.get(key)
-        if value is not None and not float(value) > 0:
-            raise ValueError(f"optimizer.{key} must be > 0 (or null), got {value}")
+        if value is not None and not float(value) >= 0:
+            raise ValueError(f"optimizer.{key} must be >= 0 (or null), got {value}")
     return OPTIMIZERS[name](param_groups(model, config), config)
 
 
