@@ -51,11 +51,13 @@ def initial_state(config: dict[str, Any]) -> dict[str, Tensor]:
     return build_model(cfg, datamodule).state_dict()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    """Print one JSON line per checkpoint; returns the rows."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoints", nargs="+")
     parser.add_argument("--initial", action="store_true", help="also the distance from the run's initial scores")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    rows = []
     for path in args.checkpoints:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         transitions, mask = allowed_entries(checkpoint["state_dict"])
@@ -71,6 +73,8 @@ def main() -> None:
             row["initial"] = summary(start[mask])
             row["moved"] = summary((transitions - start)[mask])
         print(json.dumps(row))
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":
