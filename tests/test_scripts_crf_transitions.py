@@ -1,5 +1,5 @@
-"""scripts/crf_transitions.py: transition statistics of a checkpoint and the exact rebuild of the
-run's initial scores (a short run's scores move by at most what its Adam steps allow)."""
+"""scripts/crf_transitions.py: transition statistics of a checkpoint, the exact rebuild of the
+run's initial scores (a short run's scores move by at most what its Adam steps allow), dev F1."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ def test_transitions_and_their_distance_from_the_initial_scores(tmp_path: Path) 
         "encoder.word_dim=8", "encoder.char=null", "encoder.hidden_size=8", "data.batch_size=16",
         f"optimizer.lr={lr}", "trainer.max_epochs=1", "+trainer.limit_train_batches=2", "test=false", "~logger",
         "~callbacks.progress_bar", "+trainer.enable_progress_bar=false"], tmp_path / "data")
-    _, objects = train(cfg)
+    metrics, objects = train(cfg)
     checkpoint = tmp_path / "run" / "checkpoints" / "last.ckpt"
-    (row,) = crf_transitions([str(checkpoint), "--initial"])
+    (row,) = crf_transitions([str(checkpoint), "--initial", "--dev"])
 
     transitions = objects["model"].head.transitions.detach().double()
     allowed = objects["model"].head.allowed_transitions.bool()
@@ -37,3 +37,6 @@ def test_transitions_and_their_distance_from_the_initial_scores(tmp_path: Path) 
     # (drawn from U(-0.1, 0.1)) would be off by far more
     assert 0 < row["moved"]["max"] - row["moved"]["min"] and max(-row["moved"]["min"], row["moved"]["max"]) < 2.01 * lr
     assert row["initial"]["norm"] == pytest.approx(row["norm"], abs=0.1)
+    # the dev pass reproduces the run's own validation; without transitions it is another decoder
+    assert row["dev_f1"] == pytest.approx(metrics["val/f1"]) == pytest.approx(row["best_dev_f1"])
+    assert 0.0 <= row["dev_f1_zero_transitions"] <= 1.0
