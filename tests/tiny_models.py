@@ -6,9 +6,12 @@ import string
 from pathlib import Path
 
 
-def save_tiny_bert(folder: Path, hidden_size: int = 16, layers: int = 1, seed: int = 0) -> Path:
+def save_tiny_bert(folder: Path, hidden_size: int = 16, layers: int = 1, dropout: float = 0.0,
+                   seed: int = 0) -> Path:
     """A random BERT with a character-level WordPiece vocabulary (every ASCII word tokenizes to
-    known pieces), its fast tokenizer and config written to ``folder``; returns ``folder``."""
+    known pieces), its fast tokenizer and config written to ``folder``; returns ``folder``.
+    ``dropout`` is the model's own (hidden and attention), 0 so that short fits learn alike in
+    train and eval mode."""
     import torch
     import transformers
 
@@ -25,6 +28,7 @@ def save_tiny_bert(folder: Path, hidden_size: int = 16, layers: int = 1, seed: i
     config = transformers.BertConfig(
         vocab_size=len(vocab), hidden_size=hidden_size, num_hidden_layers=layers, num_attention_heads=2,
         intermediate_size=2 * hidden_size, max_position_embeddings=128,
+        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
     )
     torch.manual_seed(seed)
     transformers.BertModel(config).save_pretrained(str(folder))

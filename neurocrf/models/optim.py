@@ -130,9 +130,9 @@ def pretrained_parameters(module: nn.Module) -> set[int]:
 
 
 NORM_TYPES: tuple[type[nn.Module], ...] = (
-    nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm,
+    nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm,
     nn.modules.batchnorm._NormBase,  # BatchNorm*, InstanceNorm*
-)
+) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())  # torch >= 2.4
 
 
 def is_norm(module: nn.Module) -> bool:
