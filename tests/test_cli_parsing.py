@@ -373,3 +373,33 @@ def test_alpino_oracle_and_statistics(tmp_path: Path, data_dir: Path) -> None:
     report = parse(compose_config("parse", tmp_path / "o", data_dir,
                                   ["treebank=alpino", "oracle=true", "k=1", "split=test"]))
     assert report["coverage"] == 1.0 and report["f1"] == 1.0 and report["dis_f1"] == 1.0
+
+
+def test_transformer_supertagger_trains_and_parses_through_the_clis(tmp_path: Path, data_dir: Path) -> None:
+    """``neurocrf-supertag encoder=transformer`` with the fine-tuning recipe (AdamW, head_lr,
+    linear warmup), then ``neurocrf-parse`` with its checkpoint: the same tags as the trained model."""
+    pytest.importorskip("transformers")
+    from tiny_models import save_tiny_bert
+
+    model_dir = save_tiny_bert(tmp_path / "tiny_bert", hidden_size=32)
+    metrics, objects = train(compose_config("supertag", tmp_path / "train", data_dir, [
+        "encoder=transformer", f"encoder.model_path={model_dir}", "data.batch_size=8", "heads.dropout=0.0",
+        "optimizer.name=adamw", "optimizer.lr=1e-3", "+optimizer.head_lr=1e-2", "optimizer.weight_decay=0.01",
+        "scheduler={name:linear,warmup_ratio:0.1}", "trainer.max_epochs=30", "trainer.gradient_clip_val=1.0",
+        "callbacks.model_checkpoint.monitor=null", "~callbacks.early_stopping", *QUIET,
+        "final_parse.splits=[]", "parsing.k=4"]))
+    trained = objects["model"].eval()
+    assert trained.hparams["encoder"]["name"] == "transformer"
+    rates = {g["name"]: g["initial_lr"] for g in objects["trainer"].optimizers[0].param_groups}
+    assert rates == {"base": 1e-3, "base_no_decay": 1e-3, "head": 1e-2, "head_no_decay": 1e-2}
+
+    report = parse(compose_config("parse", tmp_path / "parse", data_dir, [
+        "treebank=tiny", "split=train", f"ckpt_path={objects['ckpt_path']}", "k=4"]))
+    corpus = objects["datamodule"].corpora["train"]
+    best = [tags.best for tags in trained.predict_kbest([s.words for s in corpus], k=4)]
+    gold = [s.supertags for s in corpus]
+    accuracy = sum(p == g for ps, gs in zip(best, gold) for p, g in zip(ps, gs)) / sum(map(len, gold))
+    assert accuracy > 0.4  # learned: the most frequent supertag is 23% of the tokens
+    assert report["supertag_accuracy"] == pytest.approx(accuracy)
+    assert report["sentences"] == len(corpus) and report["coverage"] > 0.9 and report["f1"] > 0.5
+    assert {"val/supertag_acc", "test/supertag_acc"} <= set(metrics)

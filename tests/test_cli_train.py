@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers_transformer import save_tiny_bert
+from tiny_models import save_tiny_bert
 from omegaconf import DictConfig
 
 from neurocrf.cli.train import train

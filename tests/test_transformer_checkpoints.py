@@ -16,7 +16,7 @@ import hydra
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers_transformer import install_in_hub_cache, save_tiny_bert
+from tiny_models import install_in_hub_cache, save_tiny_bert
 
 from neurocrf.cli.evaluate import evaluate
 from neurocrf.cli.predict import predict
