@@ -23,6 +23,8 @@ per-round time ratios (robust to load that drifts during the run).
 - ``--bucket``: neurocrf trains on each round's sentences in length-sorted batches (what its
   default bucketing sampler does), flair on the random ones (its default): the same sentences per
   round, each library's own batching.
+- ``--predict-bf16``: also ``Tagger.predict(..., precision="bf16")`` (the encoder under bfloat16
+  autocast) as a side of its own.
 - **CRF share**: the CRF NLL forward + backward alone on the emissions of the same batches, as a
   fraction of neurocrf's training step.
 
@@ -132,10 +134,10 @@ class NeurocrfSide:
 
         return self._timed(work)
 
-    def predict(self, batches: list[list[int]]) -> float:
+    def predict(self, batches: list[list[int]], precision: str = "32") -> float:
         sentences = [self.tokens[i] for batch in batches for i in batch]
         size = len(batches[0])
-        return self._timed(lambda: self.model.predict(sentences, batch_size=size))
+        return self._timed(lambda: self.model.predict(sentences, batch_size=size, precision=precision))
 
     def crf_step(self, batch: list[int]) -> float:
         """CRF NLL forward + backward alone, on this batch's emissions."""
@@ -281,7 +283,8 @@ def benchmark(args: argparse.Namespace) -> str:
             "model": args.model_dir, "tokens": ours.tokens, "spans": [iob2_spans(t) for _, t in sentences],
             "types": types, "seed": args.seed,
         })
-    sides = ["train", "bare_train", "predict", "bare_predict", "crf"] + (["flair_train", "flair_predict"] if flair else [])
+    sides = ["train", "bare_train", "predict", "bare_predict", "crf"] + (["predict_bf16"] if args.predict_bf16 else [])
+    sides += ["flair_train", "flair_predict"] if flair else []
     times: dict[str, list[float]] = {side: [] for side in sides}
     optimizer_step = []
 
@@ -301,6 +304,8 @@ def benchmark(args: argparse.Namespace) -> str:
             return sum(ours.crf_step(b) for b in chunk)
         if side == "predict":
             return ours.predict(chunk)
+        if side == "predict_bf16":
+            return ours.predict(chunk, precision="bf16")
         if side == "bare_predict":
             return ours.bare_predict(chunk)
         if side == "flair_train":
@@ -358,6 +363,9 @@ def report(args: argparse.Namespace, times: dict[str, list[float]], optimizer_st
             f"- prediction throughput neurocrf / flair: {paired('predict', 'flair_predict'):.2f}x (paired),"
             f" {rate('predict') / rate('flair_predict'):.2f}x (medians)",
         ]
+        if "predict_bf16" in times:
+            lines.append(f"- prediction throughput neurocrf with precision=bf16 / flair: "
+                         f"{paired('predict_bf16', 'flair_predict'):.2f}x (paired)")
     return "\n".join(lines)
 
 
@@ -390,6 +398,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches-per-round", type=int, default=0, help="0: the data split evenly over the rounds")
+    parser.add_argument("--predict-bf16", action="store_true", help="also time Tagger.predict(precision='bf16')")
     parser.add_argument("--bucket", action="store_true",
                         help="neurocrf trains on each round's sentences in length-sorted batches (its default"
                              " sampler's effect); flair keeps the random batches (its default)")

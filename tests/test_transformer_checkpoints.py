@@ -119,12 +119,20 @@ def test_checkpoint_predicts_with_the_model_folder_gone(data_dir: Path, tmp_path
     assert not tagger.encoder.model.training and tagger.encoder.preparer.pooling == "last"
     assert [p.tags for p in tagger.predict(sentences)] == expected
     assert len(expected[-1]) == 700
+    bf16 = tagger.predict(sentences, precision="bf16")  # the encoder under bfloat16 autocast
+    assert [len(p.tags) for p in bf16] == [len(s) for s in sentences]
+    assert all(0.0 <= c <= 1.0 + 1e-6 for p in bf16 for c in p.confidences)
+    with pytest.raises(ValueError, match="precision"):
+        tagger.predict(sentences[:1], precision="fp8")
 
     output = tmp_path / "pred.conll"
     predict(compose_task_config("predict", tmp_path / "predict", [
         f"ckpt_path={best}", f"input={data_dir / 'sample' / 'test.conll'}", f"output={output}"]))
     written = read_conll(output, tag_column=None)
     assert [[row[2] for row in s.columns] for s in written] == expected[:-1]
+    predict(compose_task_config("predict", tmp_path / "predict_bf16", [
+        f"ckpt_path={best}", f"input={data_dir / 'sample' / 'test.conll'}", f"output={output}", "precision=bf16"]))
+    assert [len(s.tokens) for s in read_conll(output, tag_column=None)] == [len(s) for s in expected[:-1]]
     metrics, _ = evaluate(compose_task_config("evaluate", tmp_path / "evaluate", [
         f"ckpt_path={best}", f"paths.data_dir={data_dir}"]))
     assert 0.0 <= metrics["test/f1"] <= 1.0

@@ -140,7 +140,8 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     columns = cfg.get("token_columns")
     columns = model.token_columns if columns is None else [int(c) for c in columns]
     inputs = [s.tokens for s in sentences] if columns is None else [s.joined_columns(columns) for s in sentences]
-    predictions = model.predict(inputs, batch_size=int(cfg.get("batch_size", 32)), nbest=nbest)
+    predictions = model.predict(inputs, batch_size=int(cfg.get("batch_size", 32)), nbest=nbest,
+                                precision=str(cfg.get("precision", "32")))
     for sentence, prediction in zip(sentences, predictions):
         if len(prediction.tags) != len(sentence.tokens):  # the contract of Tagger.predict
             raise RuntimeError(f"{sentence.location()}: {len(sentence.tokens)} tokens but {len(prediction.tags)} tags")

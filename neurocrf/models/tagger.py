@@ -43,6 +43,7 @@ from neurocrf.structs import ChainCRF, SecondOrderCRF, build_crf
 log = logging.getLogger(__name__)
 
 OUTSIDE = "O"
+PREDICT_PRECISIONS = ("32", "bf16")
 CRF_KINDS = ("first_order", "second_order", "precursor")
 
 
@@ -610,13 +611,18 @@ class Tagger(pl.LightningModule):
         sentences: Sequence[Sequence[str] | str],
         batch_size: int = 32,
         nbest: int = 0,
+        precision: str = "32",
     ) -> list[Prediction]:
         """Tag sentences (token lists, or strings split on whitespace).
 
         Returns one :class:`Prediction` per sentence, in input order, with exactly one tag and
         one confidence per token (see :mod:`neurocrf.models.prediction` for the definitions);
-        ``nbest > 0`` also gives the n most probable tag sequences.
+        ``nbest > 0`` also gives the n most probable tag sequences. ``precision="bf16"`` runs the
+        encoder under bfloat16 autocast (about twice as fast on CPUs with AVX512-BF16 or AMX and
+        on GPUs; the CRF still computes in float32 or float64).
         """
+        if precision not in PREDICT_PRECISIONS:
+            raise ValueError(f"precision must be one of {PREDICT_PRECISIONS}, got {precision!r}")
         tokenised = [s.split() if isinstance(s, str) else list(s) for s in sentences]
         results: list[Prediction | None] = [None] * len(tokenised)
         # Similar lengths together: less padding. Empty sentences need no model.
@@ -633,7 +639,8 @@ class Tagger(pl.LightningModule):
                 inputs = {key: value.to(self.device) for key, value in self.encoder.prepare(batch_tokens).items()}
                 lengths = torch.tensor([len(words) for words in batch_tokens], device=self.device)
                 mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
-                emissions = self._emissions({"inputs": inputs, "mask": mask})
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                    emissions = self._emissions({"inputs": inputs, "mask": mask})
                 predictions = build_predictions(
                     self.head, emissions, mask, batch_tokens, self.tags, self.scheme, nbest=nbest
                 )
