@@ -288,10 +288,14 @@ def _flair_setup(state: dict[str, Any], request: dict[str, Any]) -> dict[str, An
 
 
 def _flair_step(state: dict[str, Any], chars: str, batch: list[int]) -> float:
+    sentences = [state["sentences"][i] for i in batch]
+    return flair_train_step(state["models"][chars], state["optimizers"][chars], sentences)
+
+
+def flair_train_step(model: Any, optimizer: Any, sentences: list[Any]) -> float:
+    """Seconds of one step of flair's ``ModelTrainer`` batch loop (see the module doc)."""
     from flair.training_utils import store_embeddings
 
-    model, optimizer = state["models"][chars], state["optimizers"][chars]
-    sentences = [state["sentences"][i] for i in batch]
     start = time.perf_counter()
     model.zero_grad()
     optimizer.zero_grad()

@@ -224,23 +224,11 @@ def _flair_setup(state: dict[str, Any], request: dict[str, Any]) -> dict[str, An
 
 
 def _flair_train(state: dict[str, Any], request: dict[str, Any]) -> list[float]:
-    from flair.training_utils import store_embeddings
+    from bench_train import flair_train_step  # the same timed step as the BiLSTM benchmark
 
-    model, optimizer, times = state["model"], state["optimizer"], []
-    model.train()
-    for batch in request["batches"]:
-        sentences = [state["sentences"][i] for i in batch]
-        start = time.perf_counter()
-        model.zero_grad()
-        optimizer.zero_grad()
-        loss, _ = model.forward_loss(sentences)
-        loss.item()
-        loss.backward()
-        store_embeddings(sentences, "none")
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        optimizer.step()
-        times.append(time.perf_counter() - start)
-    return times
+    state["model"].train()
+    return [flair_train_step(state["model"], state["optimizer"], [state["sentences"][i] for i in batch])
+            for batch in request["batches"]]
 
 
 def _flair_predict(state: dict[str, Any], request: dict[str, Any]) -> float:

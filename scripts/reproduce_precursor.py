@@ -16,7 +16,7 @@ its finished rows still reported):
 --crfsuite-jnlpba  the CRFsuite peer on JNLPBA feature set 1 too.
 
     python scripts/reproduce_precursor.py --conll2000 --jnlpba --max-iterations 60 \\
-        --workdir /root/runs/precursor --out /root/runs/precursor/tables.md
+        --workdir runs/precursor --out runs/precursor/tables.md
 
 Every neurocrf run is the Hydra config of its experiment plus overrides (printed in the log and
 stored with the row), trained by the same code as ``neurocrf-train``.
@@ -510,7 +510,7 @@ def write_tables(results: Results, out: Path) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workdir", default="/root/runs/precursor", help="run folders and results.jsonl")
+    parser.add_argument("--workdir", default="runs/precursor", help="run folders and results.jsonl (kept out of git)")
     parser.add_argument("--out", default=None, help="markdown tables file (rewritten after every run)")
     parser.add_argument("--jnlpba", action="store_true", help="the feature-CRF grid on JNLPBA")
     parser.add_argument("--feature-sets", nargs="+", default=["set1", "set2"])
