@@ -13,7 +13,7 @@ import torch
 
 from neurocrf.data.schemes import all_tags, get_spans
 from neurocrf.models.prediction import PredictedSpan, Prediction, build_predictions
-from neurocrf.models.tagger import SoftmaxHead, build_head
+from neurocrf.models.heads import SoftmaxHead, build_head
 
 HEADS = ["softmax", "first_order", "second_order", "precursor"]
 

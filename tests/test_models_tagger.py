@@ -13,15 +13,9 @@ from omegaconf import OmegaConf
 from neurocrf.data.datamodule import SequenceDataModule
 from neurocrf.data.sample import generate_sample_corpus
 from neurocrf.encoders import build_vocabularies
-from neurocrf.models.tagger import (
-    SoftmaxHead,
-    Tagger,
-    build_head,
-    dedupe_records,
-    pad_records,
-    plain,
-    unpad_records,
-)
+from neurocrf.models.heads import SoftmaxHead, build_head
+from neurocrf.models.records import dedupe_records, pad_records, unpad_records
+from neurocrf.models.tagger import Tagger, plain
 
 ENCODER = {"name": "bilstm", "word_dim": 16, "char_dim": 8, "char_hidden": 8, "hidden_size": 16}
 
