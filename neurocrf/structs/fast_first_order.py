@@ -176,15 +176,21 @@ class ForwardBackward:
             return grad_start, None, None, grad_emissions
         # edge(t: i -> j) = alpha_t(i) moves(i, j) probs_{t+1}(j) beta_{t+1}(j) / (sums_t * divisor_t):
         # beta_t was divided by divisor_t after being computed from beta_{t+1}
-        weight = weight[:steps]
-        if self._divisors:
-            divisor = torch.ones_like(weight)
-            for t, peak in self._divisors:
-                divisor[t] = peak
-            weight = weight / divisor
+        weight = divided(weight[:steps], self._divisors)
         left = (self.alphas[:steps] * weight.unsqueeze(-1)).reshape(-1, size + 1)
         edges = (left.t() @ self.after[1:].reshape(-1, size + 1)).mul_(self.moves)
         return grad_start, edges[:size, :size], edges[:size, size], grad_emissions
+
+
+def divided(weight: Tensor, divisors: list[tuple[int, Tensor]]) -> Tensor:
+    """``weight`` ``[T, B]`` with row ``t`` divided by the rescaling ``peak`` of each ``(t, peak)``
+    in ``divisors`` (the backward scores were divided by it after being computed)."""
+    if not divisors:
+        return weight
+    divisor = torch.ones_like(weight)
+    for t, peak in divisors:
+        divisor[t] = peak
+    return weight / divisor
 
 
 class KernelForwardBackward:

@@ -29,6 +29,7 @@ from neurocrf.structs.fast_first_order import (
     _RELATIVE_LOG,
     _SPREAD_LIMIT,
     FastLogPartition,
+    divided,
     rescale_interval,
 )
 
@@ -123,12 +124,7 @@ class PairForwardBackward:
         if not need_moves:
             return grad_start, None, grad_emissions
         # edge(t: (r, c) -> (c, d)) = alpha_t(r, c) W(r, c, d) after_{t+1}(c, d) / (sums_t * divisor_t)
-        weight = weight[:steps]
-        if self._divisors:
-            divisor = torch.ones_like(weight)
-            for t, peak in self._divisors:
-                divisor[t] = peak
-            weight = weight / divisor
+        weight = divided(weight[:steps], self._divisors)
         left = (self.alphas[:steps] * weight.view(steps, 1, 1, batch)).permute(2, 1, 0, 3)  # [C, R, T, B]
         right = self.after[1:].permute(1, 2, 0, 3)  # [C, D, T, B]
         edges = torch.bmm(left.reshape(size, size, -1), right.reshape(size, size, -1).transpose(1, 2))  # [C, R, D]
