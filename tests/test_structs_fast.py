@@ -163,7 +163,8 @@ def test_certificate_rejects_values_below_float64_range():
 @pytest.mark.parametrize("path", ["torch", "compiled"])
 def test_sinking_path_is_refused_and_recomputed_exactly(path, request):
     """Two separated chains (A->A, B->B): B sinks 800 nats below A, then catches up; the fast scans
-    must refuse (float64 would lose B) and the answer must still be exact: log(2) + 800."""
+    and the engine's rescaled exp-space scan must refuse (float64 would lose B), and the log-space
+    scan they hand over to must give the exact answer: log(2) + 800."""
     if path == "compiled":
         request.getfixturevalue("compiled")
     from neurocrf.structs.constraints import Constraints
@@ -179,6 +180,7 @@ def test_sinking_path_is_refused_and_recomputed_exactly(path, request):
     emissions[0, 40:, 1] = 20.0
     graph = Chain(*crf._potentials(torch.float64), emissions, torch.tensor([80]))
     assert fast_first_order.forward_backward(*graph._originals, graph.lengths, graph.step_spread) is None
+    assert chain._ExpScan.attempt(graph.start, graph.transitions, graph.emissions, graph.step_spread()) is None
     torch.testing.assert_close(crf.log_partition(emissions), torch.tensor([800.0 + math.log(2.0)], dtype=torch.float64))
     torch.testing.assert_close(crf.marginals(emissions)[0, :, 1], torch.full((80,), 0.5, dtype=torch.float64))
 

@@ -156,13 +156,13 @@ def load_config(files: Mapping[str, Any]) -> Any:
     return AutoConfig.for_model(model_type, **config)
 
 
-def load_tokenizer(files: Mapping[str, Any]) -> Any:
+def load_tokenizer(files: Mapping[str, Any], config: Any = None) -> Any:
     """The fast tokenizer from :func:`model_files`' values (written to a temporary folder, read
-    with remote code off, deleted)."""
+    with remote code off, deleted); ``config``: :func:`load_config`'s result, if already built."""
     from transformers import AutoTokenizer
 
     tokenizer_files = _mapping(files.get("tokenizer"), "tokenizer")
-    config = load_config(files)
+    config = load_config(files) if config is None else config
     with tempfile.TemporaryDirectory() as folder:
         for name, content in tokenizer_files.items():
             (Path(folder) / _file_name(name)).write_bytes(_file_bytes(name, content))

@@ -27,7 +27,6 @@ training steps, off in evaluation); a frozen one stays in eval mode.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -228,7 +227,7 @@ class TransformerEncoder(Encoder):
                 )
             files = transformer_files(options)
         config = load_config(files)
-        tokenizer = load_tokenizer(files)
+        tokenizer = load_tokenizer(files, config)
         if restore:
             self.model = AutoModel.from_config(config)
         else:

@@ -455,12 +455,11 @@ def autograd_log_partition(start: Tensor, transitions: Tensor, end: Tensor, emis
     gradients, never NaN), at the price of a graph of ``[B, T, |S|, C]`` intermediates: the
     layers use it for higher derivatives (``create_graph=True``) and empty batches, not for training.
     """
+    from neurocrf.structs import log_scan  # the differentiable scan, built on this module's helpers
+
     dtype = emissions.dtype
     start, moves, emissions = (x.to(torch.float64) for x in _augment(start, transitions, end, emissions, lengths))
-    alpha = start + emissions[0]
-    for t in range(1, emissions.shape[0]):
-        alpha = LogSemiring.plus(alpha.unsqueeze(-1) + _moves_into(moves, emissions, t), dim=1) + emissions[t]
-    log_z = LogSemiring.plus(alpha.flatten(1), dim=1)
+    log_z = log_scan.log_partition(log_scan.forward_scores(start, moves, emissions))
     return torch.where(lengths > 0, log_z, torch.zeros_like(log_z)).to(dtype)
 
 
