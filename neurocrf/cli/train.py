@@ -4,15 +4,22 @@
     neurocrf-train crf=precursor encoder=transformer trainer=gpu
     neurocrf-train ckpt_path=logs/train/runs/<run>/checkpoints/last.ckpt   # resume
     neurocrf-train crf=second_order init_from=<first-order checkpoint>     # warm start
+    neurocrf-train hparams_search=crf_study experiment=crf_study_ncbi_disease   # resumable sweep
+
+With ``resume=true`` and a fixed run directory, a run whose ``summary.json`` exists is skipped and
+one that left ``checkpoints/last.ckpt`` continues from it: a sweep cut off anywhere completes on a
+rerun of the same command.
 
 Steps: data module -> vocabularies from the training sentences -> Tagger -> fit -> test the best
-checkpoint. A run whose callbacks saved no checkpoint (the full-batch L-BFGS experiments) writes
+checkpoint -> ``summary.json`` (test scores, per-epoch seconds and dev F1, best epoch, device).
+A run whose callbacks saved no checkpoint (the full-batch L-BFGS experiments) writes
 its final weights to ``checkpoints/final.ckpt`` (``save_final``). Returns
 ``cfg.optimized_metric`` so that sweepers can optimise it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -20,7 +27,7 @@ from typing import Any
 import hydra
 import pytorch_lightning as pl
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from neurocrf.cli.utils import (
     CONFIG_DIR,
@@ -102,8 +109,17 @@ def _copy_matching_weights(model: Any, state: dict[str, Any], path: str) -> None
              f" ({', '.join(fresh)})" if fresh else "")
 
 
+SUMMARY_FILE = "summary.json"
+
+
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     """Fit and test; returns the logged metrics (floats) and the objects built."""
+    if cfg.get("resume"):
+        finished = _finished_summary(Path(cfg.paths.output_dir))
+        if finished is not None:
+            log.info("resume: %s holds a finished run (%s): skipped", cfg.paths.output_dir, SUMMARY_FILE)
+            return finished["metrics"], {"cfg": cfg, "summary": finished}
+        _resume_from_last(cfg)
     set_seed(cfg.get("seed"))
 
     log.info("instantiating data <%s>", cfg.data.get("_target_"))
@@ -155,7 +171,100 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
             print(f"report: {cfg.paths.output_dir}/test_report.txt")
         objects["ckpt_path"] = ckpt_path
     objects["final_ckpt"] = final_ckpt
+    if trainer.is_global_zero and cfg.get("train", True):
+        objects["summary"] = _write_summary(cfg, metrics, objects, callbacks)
     return metrics, objects
+
+
+def _finished_summary(output_dir: Path) -> dict[str, Any] | None:
+    path = output_dir / SUMMARY_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a readable run summary ({error}); delete it to rerun the run") from None
+
+
+def _resume_from_last(cfg: DictConfig) -> None:
+    """Point ``cfg.ckpt_path`` at the run directory's ``checkpoints/last.ckpt`` when there is one
+    (a checkpoint that does not load, e.g. cut off while being written, is set aside)."""
+    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    if cfg.get("ckpt_path") or not last.is_file():
+        return
+    try:
+        torch.load(last, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unreadable file: start the run again
+        broken = last.with_suffix(".ckpt.broken")
+        last.rename(broken)
+        log.warning("resume: %s does not load (%s); moved to %s, the run starts again", last, error, broken)
+        return
+    with open_dict(cfg):
+        cfg.ckpt_path = str(last)
+    log.info("resume: continuing from %s", last)
+
+
+def _write_summary(cfg: DictConfig, metrics: dict[str, float], objects: dict[str, Any],
+                   callbacks: list[pl.Callback]) -> dict[str, Any]:
+    """``<run dir>/summary.json``: what a sweep report needs from one run."""
+    from neurocrf.models.callbacks import EpochTimer
+
+    timer = next((c for c in callbacks if isinstance(c, EpochTimer)), None)
+    epochs = timer.records if timer is not None else []
+    model = objects["model"]
+    summary = {
+        "metrics": metrics,
+        "test": model.test_scores.to_dict() if model.test_scores is not None else None,
+        "checkpoint": objects.get("ckpt_path"),
+        "epochs": epochs,
+        "best_epoch": timer.best_epoch() if timer is not None else None,
+        "seed": cfg.get("seed"),
+        "crf": to_plain(cfg.crf),
+        "data": {key: value for key, value in (to_plain(cfg.data) or {}).items() if key.endswith("_path")},
+        "corpus": _hydra_choice("data"),
+        "overrides": _task_overrides(),
+        "device": _device_name(objects["trainer"]),
+        "torch_threads": torch.get_num_threads(),
+    }
+    path = Path(cfg.paths.output_dir) / SUMMARY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    temporary.replace(path)
+    return summary
+
+
+def _task_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:  # no Hydra run (a config composed by a script)
+        return []
+
+
+def _hydra_choice(group: str) -> str | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return HydraConfig.get().runtime.choices.get(group)
+    except ValueError:
+        return None
+
+
+def _device_name(trainer: pl.Trainer) -> str:
+    root = trainer.strategy.root_device
+    if root.type == "cuda":
+        return torch.cuda.get_device_name(root)
+    import platform
+
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            name = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"cpu ({name})"
 
 
 def _check_no_dev_monitors(callbacks: list[pl.Callback]) -> None:

@@ -83,13 +83,18 @@ def start_options(cfg: DictConfig) -> tuple[Any, Any]:
 
 
 def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
-    """``metrics[name]`` as a float (for sweepers); None when no name is configured."""
+    """``metrics[name]`` as a float (for sweepers); None when no name is configured, or, with a
+    warning, when the run never logged it (e.g. validation off: the run's outputs are complete,
+    only a sweeper has nothing to optimise)."""
     if not name:
         return None
     if name not in metrics:
-        raise KeyError(
-            f"optimized_metric {name!r} was not logged; logged metrics: {sorted(metrics)}"
+        log.warning(
+            "optimized_metric %r was not logged (validation off, or fewer validations than epochs?):"
+            " the run finished, but a sweeper gets no value from it; logged metrics: %s",
+            name, sorted(metrics),
         )
+        return None
     value = metrics[name]
     return float(value.item() if hasattr(value, "item") else value)
 

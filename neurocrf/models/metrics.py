@@ -140,3 +140,31 @@ def write_report(scores: SpanScores, directory: str | Path, prefix: str = "test"
     metrics = directory / f"{prefix}_metrics.json"
     metrics.write_text(json.dumps(scores.to_dict(), indent=2) + "\n", encoding="utf-8")
     return [text, metrics]
+
+
+def write_tag_rows(rows: Sequence[tuple[int, Sequence[str], Sequence[str]]], directory: str | Path,
+                   prefix: str = "test") -> Path:
+    """Write ``<prefix>_tags.jsonl``: one line ``{"index", "gold", "pred"}`` per sentence (its
+    position in the evaluated file, gold and predicted tags), for paired significance tests.
+    Read it back with :func:`read_tag_rows`."""
+    path = Path(directory) / f"{prefix}_tags.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for index, gold, pred in rows:
+            handle.write(json.dumps({"index": int(index), "gold": list(gold), "pred": list(pred)}) + "\n")
+    return path
+
+
+def read_tag_rows(path: str | Path) -> list[tuple[int, list[str], list[str]]]:
+    """The rows :func:`write_tag_rows` wrote, in file order."""
+    rows = []
+    with Path(path).open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                rows.append((int(row["index"]), list(row["gold"]), list(row["pred"])))
+            except (ValueError, KeyError, TypeError) as error:
+                raise ValueError(f"{path}, line {number}: not a tag row ({error})") from None
+    return rows

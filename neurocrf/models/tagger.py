@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from neurocrf.encoders import build_encoder
 from neurocrf.models.heads import build_head
 from neurocrf.models.lbfgs import FullBatchLBFGS
-from neurocrf.models.metrics import SpanScores, span_scores, write_report
+from neurocrf.models.metrics import SpanScores, span_scores, write_report, write_tag_rows
 from neurocrf.models.optim import (
     DEFAULT_LBFGS_SIGMA2,
     configure_optimizers,
@@ -254,7 +254,9 @@ class Tagger(pl.LightningModule):
         self.log("val/f1_best", max(self.val_f1_best, 0.0), sync_dist=True, prog_bar=True)
 
     def on_test_epoch_end(self) -> None:
-        scores = self._epoch_scores("test")
+        records = self._gather(self._records["test"])
+        self._records["test"] = []
+        scores = self._scores(records)
         if scores.support == 0:
             log.warning("the test data holds no gold entities: precision, recall and F1 are 0 by convention")
         self.test_scores = scores
@@ -265,6 +267,7 @@ class Tagger(pl.LightningModule):
             directory = self._report_directory()
             if directory is not None:
                 paths = write_report(scores, directory, prefix=self.report_prefix)
+                write_tag_rows(self._tag_rows(records), directory, prefix=self.report_prefix)
                 log.info("test report written to %s", paths[0])
 
     def _report_directory(self) -> str | None:
@@ -275,9 +278,15 @@ class Tagger(pl.LightningModule):
     def _epoch_scores(self, stage: str) -> SpanScores:
         records = self._gather(self._records[stage])
         self._records[stage] = []
-        gold = [[self.tags[t] for t in row_gold] for _, row_gold, _ in records]
-        pred = [[self.tags[t] for t in row_pred] for _, _, row_pred in records]
-        return span_scores(gold, pred, self.scheme)
+        return self._scores(records)
+
+    def _tag_rows(self, records: list[Record]) -> list[tuple[int, list[str], list[str]]]:
+        """``(dataset index, gold tags, predicted tags)`` per sentence, in dataset order."""
+        return [(index, [self.tags[t] for t in gold], [self.tags[t] for t in pred]) for index, gold, pred in records]
+
+    def _scores(self, records: list[Record]) -> SpanScores:
+        rows = self._tag_rows(records)
+        return span_scores([gold for _, gold, _ in rows], [pred for _, _, pred in rows], self.scheme)
 
     def _gather(self, records: list[Record]) -> list[Record]:
         """All ranks' records, deduplicated by dataset index and sorted by it.
