@@ -54,10 +54,12 @@ class PredictedSpan(NamedTuple):
 
 
 class NBestPath(NamedTuple):
-    """One of the n best tag sequences and its probability under the model."""
+    """One of the n best tag sequences, its probability under the model and the float64 log of
+    it (a long sentence's probabilities underflow to 0; their logs keep the order)."""
 
     tags: list[str]
     probability: float
+    log_probability: float
 
 
 @dataclass
@@ -94,7 +96,8 @@ class Prediction:
             **(
                 {
                     "nbest": [
-                        {"tags": convert(p.tags), "probability": round(p.probability, 6)}
+                        {"tags": convert(p.tags), "probability": round(p.probability, 6),
+                         "log_probability": p.log_probability}
                         for p in self.nbest
                     ]
                 }
@@ -249,4 +252,4 @@ def _attach_nbest(
             ids = paths[i, j, :n].tolist()
             if any(t < 0 for t in ids):
                 continue
-            prediction.nbest.append(NBestPath([tags[t] for t in ids], float(torch.tensor(score).exp())))
+            prediction.nbest.append(NBestPath([tags[t] for t in ids], math.exp(score), score))
