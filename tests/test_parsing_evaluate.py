@@ -228,7 +228,8 @@ def test_mismatched_inputs_are_rejected():
     with pytest.raises(ValueError, match="ids differ"):
         evaluate([sent(GOLD, sid="1")], [sent(GOLD, sid="2")])
     assert evaluate([sent(GOLD, sid="1")], [sent(GOLD, sid="2")], check_ids=False)["f1"] == 1.0
-    with pytest.raises(ValueError, match=r"sentence 1 \(id 1\): gold has 6 words, prediction 5"):
+    with pytest.raises(ValueError, match=r"sentence 1 \(id 1\): gold has 6 words, prediction 5 \(first "
+                                         r"difference at word 5: gold '\.', predicted none\)"):
         evaluate([sent(GOLD)], [sent("(ROOT (A 0) (A 1) (A 2) (A 3) (A 4))", WORDS[:5])])
     with pytest.raises(ValueError, match="not distinct"):
         evaluate([sent(GOLD)], [sent("(ROOT (S (A 0) (A 0)) (B 1) (B 2) (B 3) (B 4) (B 5))")])
@@ -279,3 +280,11 @@ def test_alpino_against_itself_and_against_flat_fallback():
             for s in gold]
     r = evaluate(gold, flat)
     assert r["pred_brackets"] == 0 and r["f1"] == 0.0 and r["pos_accuracy"] == 1.0
+
+
+def test_doctests():
+    import doctest
+
+    from neurocrf.parsing import evaluate as evaluate_module
+
+    assert doctest.testmod(evaluate_module).failed == 0

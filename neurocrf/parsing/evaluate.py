@@ -185,11 +185,14 @@ def _check_tree(sentence: TreebankSentence, role: str, name: str) -> None:
 def _check_words(gold: TreebankSentence, pred: TreebankSentence, params: EvalParams, name: str) -> None:
     """Raise ValueError naming the sentence and the differing words unless ``pred`` holds the
     words of ``gold`` (up to ``EQ_WORD``)."""
-    if len(gold.words) != len(pred.words):
-        raise ValueError(f"{name}: gold has {len(gold.words)} words, prediction {len(pred.words)} "
-                         f"(gold: {' '.join(gold.words)!r}; predicted: {' '.join(pred.words)!r})")
     same = params.eq_word.get
     differ = [i for i, (g, p) in enumerate(zip(gold.words, pred.words)) if same(g, g) != same(p, p)]
+    if len(gold.words) != len(pred.words):
+        i = differ[0] if differ else min(len(gold.words), len(pred.words))
+        word = {role: repr(words[i]) if i < len(words) else "none" for role, words in
+                (("gold", gold.words), ("predicted", pred.words))}
+        raise ValueError(f"{name}: gold has {len(gold.words)} words, prediction {len(pred.words)} (first "
+                         f"difference at word {i}: gold {word['gold']}, predicted {word['predicted']})")
     if differ:
         shown = ", ".join(f"word {i}: gold {gold.words[i]!r}, predicted {pred.words[i]!r}" for i in differ[:5])
         more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
