@@ -284,7 +284,6 @@ def test_alpino_against_itself_and_against_flat_fallback():
 
 def test_doctests():
     import doctest
+    import importlib
 
-    from neurocrf.parsing import evaluate as evaluate_module
-
-    assert doctest.testmod(evaluate_module).failed == 0
+    assert doctest.testmod(importlib.import_module("neurocrf.parsing.evaluate")).failed == 0
