@@ -19,7 +19,7 @@ from neurocrf.structs import (
     allowed_transitions,
     build_crf,
 )
-from neurocrf.structs import chain, fast_first_order
+from neurocrf.structs import exp_scan, fast_first_order
 from neurocrf.structs.constraints import split_tag
 
 NEG_INF = float("-inf")
@@ -145,7 +145,7 @@ def kernel(request, monkeypatch):
     """Run every check on both scan kernels: the certified exp-space one (for first-order layers the
     fast path of fast_first_order) and the log-space one."""
     if request.param == "log":
-        monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)
+        monkeypatch.setattr(exp_scan, "_BLOCK_BUDGET", -1.0)
         monkeypatch.setattr(fast_first_order, "applies", lambda *args: False)
     return request.param
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from neurocrf.structs import LinearChainCRF
-from neurocrf.structs import chain
+from neurocrf.structs import LinearChainCRF, exp_scan
 from neurocrf.structs.chain import Chain
 from tests.test_structs_bruteforce import REFERENCES, all_sequences, make_layer
 
@@ -26,7 +25,7 @@ def build(kind: str, options: dict, kernel: str, monkeypatch, scheme: str = "IOB
     if kernel == "parallel" and kind == "second_order":
         pytest.skip("the parallel scan covers first-order state spaces only")
     if kernel == "log":
-        monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)
+        monkeypatch.setattr(exp_scan, "_BLOCK_BUDGET", -1.0)
     scan = {"scan": "parallel"} if kernel == "parallel" else {}
     return make_layer(kind, TAGS, scheme, constrained, **options, **scan)
 

@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from neurocrf.structs import LinearChainCRF, allowed_transitions, chain, fast_first_order, fast_kernel
+from neurocrf.structs import LinearChainCRF, allowed_transitions, chain, exp_scan, fast_first_order, fast_kernel
 from neurocrf.structs.chain import Chain
 from tests import test_structs_bruteforce as bf
 
@@ -147,7 +147,7 @@ def test_rescaling_interval_is_exact_or_falls_back(budget, interval, monkeypatch
     assert scan.ok == (budget < 1e9)
     fast = layer_outputs(crf, emissions, mask, tags)
     general_engine(monkeypatch)
-    monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)  # log space
+    monkeypatch.setattr(exp_scan, "_BLOCK_BUDGET", -1.0)  # log space
     for got, expected in zip(fast, layer_outputs(crf, emissions, mask, tags)):
         torch.testing.assert_close(got, expected)  # float64: rtol 1e-7, atol 1e-7
 
@@ -180,7 +180,7 @@ def test_sinking_path_is_refused_and_recomputed_exactly(path, request):
     emissions[0, 40:, 1] = 20.0
     graph = Chain(*crf._potentials(torch.float64), emissions, torch.tensor([80]))
     assert fast_first_order.forward_backward(*graph._originals, graph.lengths, graph.step_spread) is None
-    assert chain._ExpScan.attempt(graph.start, graph.transitions, graph.emissions, graph.step_spread()) is None
+    assert exp_scan.ExpScan.attempt(graph.start, graph.transitions, graph.emissions, graph.step_spread()) is None
     torch.testing.assert_close(crf.log_partition(emissions), torch.tensor([800.0 + math.log(2.0)], dtype=torch.float64))
     torch.testing.assert_close(crf.marginals(emissions)[0, :, 1], torch.full((80,), 0.5, dtype=torch.float64))
 
@@ -282,7 +282,7 @@ def test_pair_scan_is_exact_or_falls_back(budget, max_log, certified, monkeypatc
     fast = layer_outputs(crf, emissions, mask, gold)
     assert built and all(scan.ok == certified for scan in built)
     general_engine(monkeypatch)
-    monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)  # log space
+    monkeypatch.setattr(exp_scan, "_BLOCK_BUDGET", -1.0)  # log space
     for got, expected in zip(fast, layer_outputs(crf, emissions, mask, gold)):
         torch.testing.assert_close(got, expected)
 

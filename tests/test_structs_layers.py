@@ -12,7 +12,7 @@ from neurocrf.structs import (
     allowed_transitions,
     build_crf,
 )
-from neurocrf.structs import chain, fast_first_order
+from neurocrf.structs import chain, exp_scan, fast_first_order
 from neurocrf.structs.chain import Chain
 
 IOB2_TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -25,7 +25,7 @@ def layers(tags=IOB2_TAGS):
 @pytest.fixture(params=["exp", "log"])
 def kernel(request, monkeypatch):
     if request.param == "log":
-        monkeypatch.setattr(chain, "_BLOCK_BUDGET", -1.0)
+        monkeypatch.setattr(exp_scan, "_BLOCK_BUDGET", -1.0)
         monkeypatch.setattr(fast_first_order, "applies", lambda *args: False)
     return request.param
 
@@ -288,6 +288,30 @@ def test_parallel_scan_equals_sequential():
             torch.testing.assert_close(a, b)
 
 
+def test_the_chain_engine_chooses_the_scan(monkeypatch):
+    """The engine decides: forced parallel on first-order state spaces only, auto only on CUDA from
+    the threshold, and log partition and marginals of the parallel choice equal the sequential."""
+    torch.manual_seed(3)
+    potentials = (torch.randn(4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64),
+                  torch.randn(4, dtype=torch.float64))
+    emissions, lengths = torch.randn(3, 9, 4, dtype=torch.float64), torch.tensor([9, 4, 0])
+    chains = {scan: Chain(*potentials, emissions, lengths, scan=scan) for scan in ("sequential", "parallel", "auto")}
+    assert [chains[s].uses_parallel_scan() for s in ("sequential", "parallel", "auto")] == [False, True, False]
+    pairs = Chain(torch.zeros(3, 3), torch.zeros(3, 3, 3), torch.zeros(3, 3), torch.randn(2, 5, 3, 3),
+                  torch.tensor([5, 2]), scan="parallel")
+    assert not pairs.uses_parallel_scan()
+    calls = []
+    real = chain.parallel_log_partition
+    monkeypatch.setattr(chain, "parallel_log_partition", lambda *args: calls.append(1) or real(*args))
+    torch.testing.assert_close(chains["parallel"].log_partition(), chains["sequential"].log_partition())
+    torch.testing.assert_close(chains["parallel"].marginals(), chains["sequential"].marginals())
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="scan must be"):
+        Chain(*potentials, emissions, lengths, scan="tree")
+    with pytest.raises(ValueError, match="scan must be"):
+        LinearChainCRF(4, scan="tree")
+
+
 def test_second_order_rejects_forced_parallel_gracefully():
     crf = SecondOrderCRF(3, scan="parallel")
     emissions = torch.randn(2, 5, 3)
@@ -331,7 +355,7 @@ def test_compiled_loss_and_decode_do_not_recompile_per_length():
 @pytest.mark.parametrize("budget", [30.0, 80.0, 300.0, 1e9])
 def test_blocked_exp_scan_equals_log_scan_on_long_rows(monkeypatch, budget):
     """Block sizes from 1 to 16 (set through the budget) against the log-space kernel."""
-    monkeypatch.setattr(chain, "_BLOCKED_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(exp_scan, "_BLOCKED_DEVICES", {"cpu", "cuda"})
     torch.manual_seed(11)
     tags = IOB2_TAGS
     for crf in layers(tags):
@@ -349,7 +373,7 @@ def assert_exp_scan_equals_log_scan(monkeypatch, crf, emissions, mask, budget: f
     gold = crf.decode(emissions, mask).clamp(min=0)
     results = {}
     for name, limit in (("exp", budget), ("log", -1.0)):
-        monkeypatch.setattr(chain, "_BLOCK_BUDGET", limit)
+        monkeypatch.setattr(exp_scan, "_BLOCK_BUDGET", limit)
         crf.zero_grad()
         leaf = emissions.clone().requires_grad_(True)
         crf(leaf, gold, mask, reduction="sum").backward()
@@ -360,9 +384,9 @@ def assert_exp_scan_equals_log_scan(monkeypatch, crf, emissions, mask, budget: f
 
 
 def test_exp_scan_block_size_follows_spread(monkeypatch):
-    monkeypatch.setattr(chain, "_BLOCKED_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(exp_scan, "_BLOCKED_DEVICES", {"cpu", "cuda"})
     chain_ = Chain(torch.zeros(4), torch.zeros(4, 4), torch.zeros(4), torch.randn(2, 40, 4), torch.tensor([40, 3]))
-    scan = chain._ExpScan(chain_.start, chain_.transitions, chain_.emissions, 20.0)
+    scan = exp_scan.ExpScan(chain_.start, chain_.transitions, chain_.emissions, 20.0)
     assert scan.block == 15
-    assert chain._ExpScan(chain_.start, chain_.transitions, chain_.emissions, 250.0).block == 1
-    assert chain._ExpScan.attempt(chain_.start, chain_.transitions, chain_.emissions, 301.0) is None
+    assert exp_scan.ExpScan(chain_.start, chain_.transitions, chain_.emissions, 250.0).block == 1
+    assert exp_scan.ExpScan.attempt(chain_.start, chain_.transitions, chain_.emissions, 301.0) is None

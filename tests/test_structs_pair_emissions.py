@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from neurocrf.structs import LinearChainCRF, SecondOrderCRF, build_crf, pair_emissions
-from neurocrf.structs import chain
+from neurocrf.structs import LinearChainCRF, SecondOrderCRF, build_crf, exp_scan, pair_emissions
 from tests.test_structs_bruteforce import (  # noqa: F401  (kernel: every test on both scan kernels)
     BIOES_TAGS,
     IOB2_TAGS,
@@ -188,7 +187,7 @@ def test_other_layers_refuse_pair_emissions():
 @pytest.mark.parametrize("budget", [30.0, 300.0])
 def test_blocked_exp_scan_takes_pair_emissions(monkeypatch, budget):
     """The GPU kernel (blocks of positions, forced onto the CPU here) against the log-space one."""
-    monkeypatch.setattr(chain, "_BLOCKED_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(exp_scan, "_BLOCKED_DEVICES", {"cpu", "cuda"})
     crf, _ = make_layer("first_order", BIOES_TAGS, "BIOES", True)
     generator = torch.Generator().manual_seed(5)
     pairs = torch.randn(4, 41, len(BIOES_TAGS) + 1, len(BIOES_TAGS), generator=generator, dtype=torch.float64)

@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from neurocrf.structs import CRF_KINDS, ChainCRF, build_crf
-from neurocrf.structs.chain import SEARCH_DTYPE
-from neurocrf.structs.semiring import top_first
+from neurocrf.structs.search import SEARCH_DTYPE
+from neurocrf.structs.semiring import NEG_INF, top_first
 
 HEAD_KINDS = ("softmax", *CRF_KINDS)
 _HEAD_KEYS = ("kind", "constrained", "dropout", "reduction")
@@ -51,7 +51,7 @@ class SoftmaxHead(nn.Module):
         positions = starts.unsqueeze(1) + torch.arange(span, device=emissions.device)  # [J, W]
         inside = positions < lengths[rows].unsqueeze(1)
         picked = compact[rows.unsqueeze(1), positions.clamp(max=max(width - 1, 0))]  # [J, W, L]
-        lost = picked.logsumexp(-1) - picked.masked_fill(~allowed, float("-inf")).logsumexp(-1)
+        lost = picked.logsumexp(-1) - picked.masked_fill(~allowed, NEG_INF).logsumexp(-1)
         full = (compact.logsumexp(-1) * ChainCRF._gather_positions(mask, order, width)).sum(-1)
         return full[rows] - (lost * inside).sum(-1)
 
@@ -71,7 +71,7 @@ class SoftmaxHead(nn.Module):
         log_probs = emissions.to(SEARCH_DTYPE).log_softmax(-1)  # [B, T, L]
         batch, length, num_tags = log_probs.shape
         # A padded position keeps every beam unchanged: label 0 with log-probability 0.
-        keep = torch.full((num_tags,), float("-inf"), device=log_probs.device)
+        keep = torch.full((num_tags,), NEG_INF, device=log_probs.device)
         keep[0] = 0.0
         log_probs = torch.where(mask.unsqueeze(-1), log_probs, keep)
         scores = log_probs.new_zeros(batch, 1)
@@ -90,7 +90,7 @@ class SoftmaxHead(nn.Module):
         paths = paths.masked_fill(~mask.unsqueeze(1), -1)
         if beams < k:
             paths = torch.cat([paths, paths.new_full((batch, k - beams, length), -1)], 1)
-            scores = torch.cat([scores, scores.new_full((batch, k - beams), float("-inf"))], 1)
+            scores = torch.cat([scores, scores.new_full((batch, k - beams), NEG_INF)], 1)
         return paths, scores
 
 

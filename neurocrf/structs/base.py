@@ -14,9 +14,11 @@ from typing import Callable, TypeVar
 import torch
 from torch import Tensor, nn
 
-from neurocrf.structs.chain import SEARCH_DTYPE, Chain, path_score
+from neurocrf.structs.chain import PARALLEL_THRESHOLD, Chain, check_scan, path_score
 from neurocrf.structs.distribution import ChainDistribution
 from neurocrf.structs.export import ViterbiDecoder, refuse_capture
+from neurocrf.structs.search import SEARCH_DTYPE
+from neurocrf.structs.semiring import NEG_INF
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
 F = TypeVar("F", bound=Callable)
@@ -55,7 +57,9 @@ class ChainCRF(nn.Module):
     Args:
         num_tags: number of tags ``L``.
         scan: ``"sequential"``, ``"parallel"`` (log-depth matrix products; first-order state spaces)
-            or ``"auto"`` (parallel on CUDA for sequences of at least ``parallel_threshold``).
+            or ``"auto"`` (parallel on CUDA for sequences of at least ``parallel_threshold``): how
+            the log partition and the marginals are computed (:class:`~neurocrf.structs.chain.Chain`
+            decides; read at every call, so it may be changed on a built layer).
         parallel_threshold: sequence length from which ``"auto"`` uses the parallel scan.
     """
 
@@ -63,14 +67,12 @@ class ChainCRF(nn.Module):
     # whether the layer takes pair emissions [B, T, L + 1, L] (observation-dependent transitions)
     accepts_pair_emissions = False
 
-    def __init__(self, num_tags: int, scan: str = "auto", parallel_threshold: int = 512) -> None:
+    def __init__(self, num_tags: int, scan: str = "auto", parallel_threshold: int = PARALLEL_THRESHOLD) -> None:
         super().__init__()
         if num_tags < 1:
             raise ValueError(f"num_tags must be positive, got {num_tags}")
-        if scan not in {"auto", "sequential", "parallel"}:
-            raise ValueError(f"scan must be 'auto', 'sequential' or 'parallel', got {scan!r}")
         self.num_tags = num_tags
-        self.scan = scan
+        self.scan = check_scan(scan)
         self.parallel_threshold = parallel_threshold
 
     # --- what a layer defines -------------------------------------------------------------------
@@ -190,19 +192,9 @@ class ChainCRF(nn.Module):
             compact, transitions = self._split_pair_emissions(compact, transitions)
         return mask, order, lengths, width, compact, (start, transitions, end)
 
-    def _use_parallel(self, state_emissions: Tensor) -> bool:
-        if state_emissions.dim() != 3:
-            return False
-        if self.scan == "parallel":
-            return True
-        return (self.scan == "auto" and state_emissions.is_cuda
-                and state_emissions.shape[1] >= self.parallel_threshold)
-
-    def _log_partition_compact(self, potentials, state_emissions: Tensor, lengths: Tensor) -> Tensor:
-        graph = Chain(*potentials, state_emissions, lengths)
-        if self._use_parallel(state_emissions):
-            return graph.parallel_log_partition()
-        return graph.log_partition()
+    def _chain(self, potentials: tuple[Tensor, Tensor, Tensor], state_emissions: Tensor, lengths: Tensor) -> Chain:
+        """The compacted chain, with this layer's scan options."""
+        return Chain(*potentials, state_emissions, lengths, scan=self.scan, parallel_threshold=self.parallel_threshold)
 
     def _state_to_tag(self, states: Tensor) -> Tensor:
         return torch.where(states >= 0, self.state_labels[states.clamp(min=0)], states)
@@ -217,7 +209,7 @@ class ChainCRF(nn.Module):
             mask: ``[batch, seq_len]`` bool; the chain runs over the True positions of each row.
         """
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
-        return self._log_partition_compact(potentials, self._state_emissions(compact), lengths)
+        return self._chain(potentials, self._state_emissions(compact), lengths).log_partition()
 
     @_float_math
     def score(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -253,11 +245,11 @@ class ChainCRF(nn.Module):
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
         tags = self._check_tags(tags, emissions, mask)
         state_emissions = self._state_emissions(compact)
-        log_z = self._log_partition_compact(potentials, state_emissions, lengths)
+        log_z = self._chain(potentials, state_emissions, lengths).log_partition()
         if tags.dtype == torch.bool:
             allowed = self._allowed_states(self._gather_positions(tags, order, width))
-            clamped = state_emissions.masked_fill(~allowed, float("-inf"))
-            numerator = self._log_partition_compact(potentials, clamped, lengths)
+            clamped = state_emissions.masked_fill(~allowed, NEG_INF)
+            numerator = self._chain(potentials, clamped, lengths).log_partition()
         else:
             states = self._gold_states(self._gather_positions(tags, order, width))
             numerator = path_score(*potentials, state_emissions, states, lengths)
@@ -304,7 +296,7 @@ class ChainCRF(nn.Module):
         last = torch.where(restricted, torch.arange(1, span + 1, device=device), 0).amax(1).clamp(min=1)
         out = torch.empty(num, dtype=torch.float64, device=device)
         with torch.no_grad():
-            graph = Chain(*potentials, self._state_emissions(compact), lengths)
+            graph = self._chain(potentials, self._state_emissions(compact), lengths)
             for size in last.unique().tolist():
                 chosen = (last == size).nonzero().squeeze(1)
                 states = self._allowed_states(allowed[chosen, :size])
@@ -328,7 +320,7 @@ class ChainCRF(nn.Module):
         the emissions' dtype (see :data:`~neurocrf.structs.chain.SEARCH_DTYPE`)."""
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask, SEARCH_DTYPE)
         with torch.no_grad():
-            states, _ = Chain(*potentials, self._state_emissions(compact), lengths).viterbi()
+            states, _ = self._chain(potentials, self._state_emissions(compact), lengths).viterbi()
         return self._scatter_positions(self._state_to_tag(states), order, width, -1, emissions.shape[1])
 
     @_float_math
@@ -346,8 +338,8 @@ class ChainCRF(nn.Module):
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask, SEARCH_DTYPE)
         with torch.no_grad():
             state_emissions = self._state_emissions(compact)
-            states, scores = Chain(*potentials, state_emissions, lengths).kbest(k)
-            log_z = self._log_partition_compact(potentials, state_emissions, lengths)
+            states, scores = self._chain(potentials, state_emissions, lengths).kbest(k)
+            log_z = self._chain(potentials, state_emissions, lengths).log_partition()
         batch = emissions.shape[0]
         tags = self._state_to_tag(states).reshape(batch * k, width)
         order_k = None if order is None else order.repeat_interleave(k, dim=0)
@@ -374,18 +366,13 @@ class ChainCRF(nn.Module):
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
         state_emissions = self._state_emissions(compact)
         graph_needed = torch.is_grad_enabled() and any(x.requires_grad for x in (state_emissions, *potentials))
-        if graph_needed or self._use_parallel(state_emissions):
-            with torch.enable_grad():
-                leaf = state_emissions
-                if not (graph_needed and leaf.requires_grad):
-                    leaf = state_emissions.detach().requires_grad_()
-                if not graph_needed:
-                    potentials = tuple(p.detach() for p in potentials)
-                log_z = self._log_partition_compact(potentials, leaf, lengths)
-                (state_marg,) = torch.autograd.grad(log_z.sum(), leaf, create_graph=graph_needed)
+        if graph_needed:
+            leaf = state_emissions if state_emissions.requires_grad else state_emissions.detach().requires_grad_()
+            log_z = self._chain(potentials, leaf, lengths).log_partition()
+            (state_marg,) = torch.autograd.grad(log_z.sum(), leaf, create_graph=True)
         else:
             with torch.no_grad():
-                state_marg = Chain(*potentials, state_emissions, lengths).marginals()
+                state_marg = self._chain(potentials, state_emissions, lengths).marginals()
         batch = emissions.shape[0]
         flat = state_marg.reshape(batch, width, self.num_states())
         tag_marg = flat.new_zeros(batch, width, self.num_tags + 1)

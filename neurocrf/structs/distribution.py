@@ -28,12 +28,13 @@ import torch
 from torch import Tensor
 
 from neurocrf.structs import log_scan
-from neurocrf.structs.chain import Chain, _augment, _state_map, path_score
+from neurocrf.structs.augmented import augment, state_map
+from neurocrf.structs.chain import Chain, path_score
+from neurocrf.structs.semiring import NEG_INF
 
 if TYPE_CHECKING:
     from neurocrf.structs.base import ChainCRF
 
-NEG_INF = float("-inf")
 F = TypeVar("F", bound=Callable)
 T = TypeVar("T")
 
@@ -155,7 +156,7 @@ class ChainDistribution:
     def _augmented(self) -> tuple[Tensor, Tensor, Tensor]:
         """float64 augmented ``start``, ``moves`` and time-major ``emissions`` ``[T + 1, B, *S']``."""
         start, moves, end = (x.to(torch.float64) for x in self._potentials)
-        return _augment(start, moves, end, self._state_emissions.to(torch.float64), self.lengths)
+        return augment(start, moves, end, self._state_emissions.to(torch.float64), self.lengths)
 
     @property
     @_memo
@@ -285,7 +286,7 @@ class ChainDistribution:
             _, moves, emissions = self._augmented
             states = log_scan.sample_states(moves, emissions, self._alphas, num, generator)
             size, order = self._potentials[1].shape[-1], self._potentials[0].dim()
-            original = _state_map(size, order, states.device)[states[..., : self._width]]  # [num, B, width]
+            original = state_map(size, order, states.device)[states[..., : self._width]]  # [num, B, width]
             tags = self.crf._state_to_tag(original)
             tags = tags.masked_fill(~torch.isfinite(self._log_z).view(1, self.batch_size, 1), -1)
             return self._scatter_rows(tags)

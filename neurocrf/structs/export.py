@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch import Tensor, nn
 
-from neurocrf.structs.chain import SEARCH_DTYPE
+from neurocrf.structs.search import SEARCH_DTYPE
+from neurocrf.structs.semiring import NEG_INF
 
 if TYPE_CHECKING:
     from neurocrf.structs.base import ChainCRF
 
-NEG_INF = float("-inf")
 MAX_BATCH = 1 << 20
 MAX_SEQ_LEN = 1 << 20
 

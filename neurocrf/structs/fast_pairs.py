@@ -2,7 +2,7 @@
 
 A pair state ``(a, r)`` moves to ``(r, c)``, so one scan step is a batched matrix product over
 ``r``: ``alpha'[b, r, c] = sum_a alpha[b, a, r] W[a, r, c] * E[b, r, c]``. The general engine
-(:class:`~neurocrf.structs.chain._ExpScan`) rescales and permutes at every position; this module
+(:class:`~neurocrf.structs.exp_scan.ExpScan`) rescales and permutes at every position; this module
 keeps every step at two operations on CPU (a ``bmm`` batched over the shared component, with the
 rows as the last dimension so that no operand or output needs a copy, and an in-place ``mul`` by
 the exponentiated emissions), rescales only every ``K`` positions, and certifies the

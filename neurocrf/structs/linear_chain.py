@@ -7,8 +7,8 @@ from torch import Tensor, nn
 
 from neurocrf.structs.base import ChainCRF
 from neurocrf.structs.constraints import Constraints
+from neurocrf.structs.semiring import NEG_INF
 
-NEG_INF = float("-inf")
 
 
 def _masked(param: Tensor, allowed: Tensor | None, dtype: torch.dtype) -> Tensor:

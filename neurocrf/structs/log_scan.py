@@ -1,12 +1,14 @@
-"""A differentiable log-space forward-backward and an exact sampler over augmented chains.
+"""Log-space forward-backward over augmented chains, and an exact sampler.
 
-The chain engine's :class:`~neurocrf.structs.chain.Chain` computes the log partition with a
-hand-written backward pass, which is the fast path for training. The functions here compute the
-forward and backward scores with plain torch operations instead, so autograd differentiates them
-to any order: node and edge marginals, entropies and divergences built on them have exact
-gradients and exact second derivatives. They run on the augmented, time-major potentials of
-:func:`~neurocrf.structs.chain._augment` (an absorbing END value on every component), so every row
-takes the same number of steps and needs no masking.
+The forward and backward scores come in two forms. ``differentiable=True`` builds them from
+:meth:`~neurocrf.structs.semiring.LogSemiring.plus`, so autograd differentiates them to any order:
+node and edge marginals, entropies and divergences built on them have exact gradients and exact
+second derivatives. ``differentiable=False`` runs ``torch.logsumexp`` into one preallocated buffer:
+faster and without a graph, for the hand-written backward pass of
+:mod:`~neurocrf.structs.log_partition` and the window partition functions of
+:class:`~neurocrf.structs.chain.Chain`. They run on the augmented, time-major potentials of
+:func:`~neurocrf.structs.augmented.augment` (an absorbing END value on every component), so every
+row takes the same number of steps and needs no masking.
 
 Shapes: ``start`` ``[*S']``, ``moves`` ``[*S', C']`` (or per position ``[T + 1, B, *S', C']``),
 ``emissions`` ``[T + 1, B, *S']`` with ``S' = (C',) * order``. Time O(T |S'| C') per row.
@@ -17,47 +19,49 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from neurocrf.structs.chain import _moves_into
-
-NEG_INF = float("-inf")
-
-
-def logsumexp(x: Tensor, dim: int) -> Tensor:
-    """``log(sum(exp(x)))`` over ``dim`` whose gradients (of every order) stay finite when all
-    entries are ``-inf``: such results are ``-inf`` with zero gradient, where ``torch.logsumexp``
-    gives NaN gradients."""
-    peak = x.detach().amax(dim, keepdim=True)
-    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
-    total = torch.exp(x - peak).sum(dim)
-    positive = total > 0
-    safe = torch.where(positive, total, torch.ones_like(total))
-    return torch.where(positive, torch.log(safe) + peak.squeeze(dim), torch.full_like(total, NEG_INF))
+from neurocrf.structs.augmented import moves_into
+from neurocrf.structs.semiring import NEG_INF, LogSemiring
 
 
-def forward_scores(start: Tensor, moves: Tensor, emissions: Tensor) -> Tensor:
-    """Forward (alpha) log scores ``[T + 1, B, *S']``."""
+def forward_scores(start: Tensor, moves: Tensor, emissions: Tensor, differentiable: bool = True) -> Tensor:
+    """Forward (alpha) log scores ``[T + 1, B, *S']`` (see the module docstring for
+    ``differentiable``)."""
+    if not differentiable:
+        alphas = torch.empty_like(emissions)
+        torch.add(start, emissions[0], out=alphas[0])
+        for t in range(1, emissions.shape[0]):
+            torch.logsumexp(alphas[t - 1].unsqueeze(-1) + moves_into(moves, emissions, t), dim=1, out=alphas[t])
+            alphas[t] += emissions[t]
+        return alphas
     alpha = start + emissions[0]
     alphas = [alpha]
     for t in range(1, emissions.shape[0]):
-        alpha = logsumexp(alpha.unsqueeze(-1) + _moves_into(moves, emissions, t), dim=1) + emissions[t]
+        alpha = LogSemiring.plus(alpha.unsqueeze(-1) + moves_into(moves, emissions, t), dim=1) + emissions[t]
         alphas.append(alpha)
     return torch.stack(alphas)
 
 
-def backward_scores(moves: Tensor, emissions: Tensor) -> Tensor:
+def backward_scores(moves: Tensor, emissions: Tensor, differentiable: bool = True) -> Tensor:
     """Backward (beta) log scores ``[T + 1, B, *S']``: everything after each position."""
+    if not differentiable:
+        betas = torch.empty_like(emissions)
+        betas[-1] = 0.0
+        for t in range(emissions.shape[0] - 2, -1, -1):
+            following = (emissions[t + 1] + betas[t + 1]).unsqueeze(1)  # [B, 1, *R, C]
+            torch.logsumexp(moves_into(moves, emissions, t + 1) + following, dim=-1, out=betas[t])
+        return betas
     beta = torch.zeros_like(emissions[-1])
     betas = [beta]
     for t in range(emissions.shape[0] - 2, -1, -1):
         following = (emissions[t + 1] + beta).unsqueeze(1)  # [B, 1, *R, C']
-        beta = logsumexp(_moves_into(moves, emissions, t + 1) + following, dim=-1)
+        beta = LogSemiring.plus(moves_into(moves, emissions, t + 1) + following, dim=-1)
         betas.append(beta)
     return torch.stack(betas[::-1])
 
 
 def log_partition(alphas: Tensor) -> Tensor:
     """``[B]`` log partition from the forward scores."""
-    return logsumexp(alphas[-1].flatten(1), dim=1)
+    return LogSemiring.plus(alphas[-1].flatten(1), dim=1)
 
 
 def safe_log_z(log_z: Tensor) -> Tensor:
@@ -66,9 +70,10 @@ def safe_log_z(log_z: Tensor) -> Tensor:
 
 
 def node_marginals(alphas: Tensor, betas: Tensor, log_z: Tensor) -> Tensor:
-    """``[T + 1, B, *S']`` state posteriors (all 0 in rows without a valid path)."""
-    shift = safe_log_z(log_z).view(1, -1, *([1] * (alphas.dim() - 2)))
-    return torch.exp(alphas + betas - shift)
+    """``[T + 1, B, *S']`` state posteriors (all 0 in rows whose log partition is not finite)."""
+    finite = torch.isfinite(log_z).view(1, -1, *([1] * (alphas.dim() - 2)))
+    marginals = torch.exp(alphas + betas - safe_log_z(log_z).view_as(finite))
+    return torch.where(finite, marginals, torch.zeros_like(marginals))
 
 
 def edge_marginals(moves: Tensor, emissions: Tensor, alphas: Tensor, betas: Tensor, log_z: Tensor) -> Tensor:
@@ -116,7 +121,7 @@ def sample_states(moves: Tensor, emissions: Tensor, alphas: Tensor, num: int,
     state = _gumbel_argmax(scores[-1].expand(num, batch, flat), generator)
     path = [state]
     for t in range(steps - 2, -1, -1):
-        step_moves = _moves_into(moves, emissions, t + 1).detach()
+        step_moves = moves_into(moves, emissions, t + 1).detach()
         step_moves = step_moves.reshape(*step_moves.shape[: step_moves.dim() - order - 1], flat * width)
         step_moves = step_moves.expand(num, batch, flat * width)
         # the sources (a, *r) of the destination (*r, c)

@@ -27,8 +27,8 @@ from torch import Tensor, nn
 
 from neurocrf.structs.base import ChainCRF
 from neurocrf.structs.constraints import OUTSIDE, allowed_transitions, split_tag
+from neurocrf.structs.semiring import NEG_INF
 
-NEG_INF = float("-inf")
 
 
 class PrecursorInducedCRF(ChainCRF):

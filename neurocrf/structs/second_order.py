@@ -16,8 +16,8 @@ from torch import Tensor, nn
 
 from neurocrf.structs.base import ChainCRF
 from neurocrf.structs.constraints import Constraints
+from neurocrf.structs.semiring import NEG_INF
 
-NEG_INF = float("-inf")
 
 
 class SecondOrderCRF(ChainCRF):

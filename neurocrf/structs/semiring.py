@@ -1,13 +1,18 @@
-"""Semirings for the chain scan.
+"""The semiring reductions of the chain scans, and the score of an impossible path.
 
 A chain scan repeatedly combines the scores of the previous position with the transition scores
 ("times", which is ``+`` in every semiring here) and reduces over the previous state ("plus"). The
 semiring decides what "plus" is:
 
 - :class:`LogSemiring` (``logsumexp``): log partition function; its gradient gives the marginals.
-- :class:`MaxSemiring` (``max`` with argmax): Viterbi.
-- :class:`KMaxSemiring` (top-k over a flattened ``(previous state, rank)`` axis): n-best Viterbi.
-  Ties keep the lower index first, as ``max`` does, so rank 0 follows exactly the Viterbi path.
+  The log-space scans (:mod:`~neurocrf.structs.log_scan`), the parallel scan and the differentiable
+  scans use it wherever a reduction must stay differentiable to any order.
+- :class:`KMaxSemiring` (top-k over a flattened ``(previous state, rank)`` axis): the k best
+  paths (:mod:`~neurocrf.structs.search`). Ties keep the lower index first, as ``max`` does, so
+  rank 0 follows exactly the Viterbi path.
+
+The max semiring (Viterbi) is ``Tensor.max`` itself, and the hot sequential loops of the fast
+scans call ``torch.logsumexp`` with an ``out=`` buffer; both reduce exactly as the classes here.
 
 All reductions take ``scores`` shaped ``[batch, source, *rest]`` and reduce ``source`` (dim 1).
 """
@@ -17,39 +22,28 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+NEG_INF = float("-inf")
+"""The zero of the log and max semirings: the score of a path that cannot be taken (constraints,
+padding, rows without a valid path)."""
+
 
 class LogSemiring:
     """(logsumexp, +): sums over paths in log space."""
 
-    zero = float("-inf")
+    zero = NEG_INF
 
     @staticmethod
     def plus(scores: Tensor, dim: int) -> Tensor:
         """Reduce ``dim`` with logsumexp. All ``-inf`` inputs give ``-inf`` with a zero gradient
-        (``torch.logsumexp`` gives a NaN gradient there)."""
+        of every order (``torch.logsumexp`` gives a NaN gradient there)."""
         peak = scores.amax(dim=dim, keepdim=True).detach()
         peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
         total = torch.exp(scores - peak).sum(dim=dim)
         some = total > 0
         # log(1) on the empty sums: finite derivatives of every order, zeroed by the where
         log_total = torch.where(some, torch.log(torch.where(some, total, torch.ones_like(total))),
-                                torch.full_like(total, float("-inf")))
+                                torch.full_like(total, NEG_INF))
         return log_total + peak.squeeze(dim)
-
-
-class MaxSemiring:
-    """(max, +): the best path; ``plus_with_argmax`` also returns back-pointers."""
-
-    zero = float("-inf")
-
-    @staticmethod
-    def plus(scores: Tensor, dim: int) -> Tensor:
-        return scores.amax(dim=dim)
-
-    @staticmethod
-    def plus_with_argmax(scores: Tensor, dim: int) -> tuple[Tensor, Tensor]:
-        values, indices = scores.max(dim=dim)
-        return values, indices
 
 
 class KMaxSemiring:
@@ -60,7 +54,7 @@ class KMaxSemiring:
     ``source * k + rank`` axis.
     """
 
-    zero = float("-inf")
+    zero = NEG_INF
 
     def __init__(self, k: int) -> None:
         if k < 1:
@@ -85,6 +79,6 @@ def top_first(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     values, indices = values[..., :k], indices[..., :k]
     pad = k - values.shape[-1]
     if pad > 0:
-        values = torch.cat([values, values.new_full((*values.shape[:-1], pad), float("-inf"))], -1)
+        values = torch.cat([values, values.new_full((*values.shape[:-1], pad), NEG_INF)], -1)
         indices = torch.cat([indices, indices.new_zeros((*indices.shape[:-1], pad))], -1)
     return values, indices
