@@ -73,8 +73,8 @@ class LogPartition(torch.autograd.Function):
     """log Z with a hand-written forward-backward gradient: d log Z / d potentials = marginals.
 
     Runs the rescaled exp-space scan when :class:`~neurocrf.structs.exp_scan.ExpScan` can certify
-    it exact, else the log-space scan. Both compute in float64: the log-space scan is taken exactly when scores are large, where
-    float32 would lose the marginals' precision.
+    it exact, else the log-space scan. Both compute in float64: the log-space scan is taken exactly
+    when scores are large, where float32 would lose the marginals' precision.
 
     The hand-written gradient is a constant of the graph. When the backward pass itself is
     differentiated (``create_graph=True``: gradients of marginals, Hessian-vector products), the
