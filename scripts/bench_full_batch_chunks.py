@@ -40,7 +40,7 @@ def measure(experiment: str, overrides: list[str], sentences: int, chunk_tokens:
     model = build_model(cfg, datamodule)
     if str(cfg.trainer.get("precision")) == "64-true":
         model = model.double()
-    datamodule.set_input_builder(model.encoder.prepare)
+    datamodule.set_input_builder(model.encoder.preparer)
     loader = datamodule.train_dataloader()
     dataset, collate = loader.dataset, loader.collate_fn
     count = min(sentences, len(dataset))

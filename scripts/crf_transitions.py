@@ -69,7 +69,7 @@ def dev_f1(path: str, zero_transitions: bool) -> float:
 
     model = Tagger.load(path)
     _, datamodule = run_data(model.hparams["config"])
-    datamodule.set_input_builder(model.encoder.prepare)
+    datamodule.set_input_builder(model.encoder.preparer)
     if zero_transitions:
         with torch.no_grad():
             for name in ("start_transitions", "transitions", "end_transitions"):

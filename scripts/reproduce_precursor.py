@@ -138,7 +138,7 @@ def run_neurocrf(
     check_entities(datamodule.test_sentences, f"{experiment}: test data")
     model = build_model(cfg, datamodule)
     model.report_dir = str(output_dir)
-    datamodule.set_input_builder(model.encoder.prepare)
+    datamodule.set_input_builder(model.encoder.preparer)
     timer = EpochTimer()
     callbacks = [timer, *instantiate_list(cfg.get("callbacks"), "callback")]
     loggers = instantiate_list(cfg.get("logger"), "logger")

@@ -133,6 +133,29 @@ def test_eval_order_is_the_file_order_and_builder_applies_late(
     ]
 
 
+def test_loaders_take_the_encoders_preparer_not_a_bound_method(sample_paths: dict[str, Path]) -> None:
+    """``encoder.prepare`` would drag the whole module (its weights) into every DataLoader worker:
+    the data module warns, and takes the small picklable ``encoder.preparer`` silently."""
+    import pickle
+    import warnings
+
+    from neurocrf.encoders import build_encoder, build_vocabularies
+
+    module = _module(sample_paths)
+    module.setup("fit")
+    config = {"name": "bilstm", "word_dim": 8, "char_dim": 4, "char_hidden": 4, "hidden_size": 8}
+    encoder = build_encoder(config, build_vocabularies(config, [s.tokens for s in module.train_sentences]), 3)
+    with pytest.warns(UserWarning, match=r"bound method BiLSTMEncoder\.prepare.*model\.encoder\.preparer"):
+        module.set_input_builder(encoder.prepare)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module.set_input_builder(encoder.preparer)
+    collate = module.train_dataloader().collate_fn
+    assert len(pickle.dumps(collate)) < len(pickle.dumps(encoder)) / 2
+    batch = next(iter(module.train_dataloader()))
+    assert batch["inputs"]["words"].shape == batch["mask"].shape
+
+
 def test_unlabeled_sentences_and_unknown_tags_in_dataloader(
     sample_paths: dict[str, Path],
 ) -> None:

@@ -125,11 +125,10 @@ def test_bilstm_crf_learns_the_sample_quickly(tmp_path: Path) -> None:
     from seqeval.scheme import IOB2
     from torchcrf import CRF
 
-    from neurocrf.data.vocab import Vocabulary
-
     corpus = generate_sample_corpus(13)
     tags = sorted({t for s in corpus["train"] for t in s.tags})
-    words = Vocabulary.from_sequences([s.tokens for s in corpus["train"]])
+    vocabulary = ["<pad>", "<unk>", *sorted({w for s in corpus["train"] for w in s.tokens})]
+    word_ids = {word: i for i, word in enumerate(vocabulary)}
 
     def tensors(sentences):
         width = max(len(s.tokens) for s in sentences)
@@ -137,12 +136,12 @@ def test_bilstm_crf_learns_the_sample_quickly(tmp_path: Path) -> None:
         labels = torch.zeros(len(sentences), width, dtype=torch.long)
         mask = torch.zeros(len(sentences), width, dtype=torch.bool)
         for row, s in enumerate(sentences):
-            ids[row, : len(s)] = torch.tensor(words.encode(s.tokens))
+            ids[row, : len(s)] = torch.tensor([word_ids.get(word, 1) for word in s.tokens])
             labels[row, : len(s)] = torch.tensor([tags.index(t) for t in s.tags])
             mask[row, : len(s)] = True
         return ids, labels, mask
 
-    embed, lstm = torch.nn.Embedding(len(words), 64), torch.nn.LSTM(64, 64, bidirectional=True)
+    embed, lstm = torch.nn.Embedding(len(vocabulary), 64), torch.nn.LSTM(64, 64, bidirectional=True)
     out, crf = torch.nn.Linear(128, len(tags)), CRF(len(tags), batch_first=True)
     modules = torch.nn.ModuleList([embed, lstm, out, crf])
     optimizer = torch.optim.Adam(modules.parameters(), lr=0.01)

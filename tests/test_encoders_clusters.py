@@ -168,7 +168,7 @@ def test_cluster_and_vector_features_train_checkpoint_and_predict(tmp_path: Path
     vocabularies = build_vocabularies(encoder, [s.tokens for s in dm.train_sentences])
     model = Tagger(encoder, {"kind": "first_order"}, dm.tags, dm.scheme, vocabularies,
                    {"name": "lbfgs", "l2_sigma2": 10.0})
-    dm.set_input_builder(model.encoder.prepare)
+    dm.set_input_builder(model.encoder.preparer)
     trainer = pl.Trainer(max_epochs=30, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
                          limit_train_batches=1)

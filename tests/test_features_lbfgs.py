@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
 from neurocrf.cli.train import build_model, train
-from neurocrf.cli.utils import CONFIG_DIR, to_plain
+from neurocrf.cli.utils import CONFIG_DIR
 from neurocrf.data.conll import Sentence
 from neurocrf.data.datamodule import SequenceDataModule
 from neurocrf.data.sample import ensure_sample_corpus, generate_sample_corpus
@@ -33,6 +33,7 @@ from neurocrf.models.lbfgs import (
 )
 from neurocrf.models.tagger import LBFGSNotConvergedWarning, Tagger, length_sorted_chunks
 from neurocrf.structs import build_crf
+from neurocrf.values import to_plain
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -229,7 +230,7 @@ def _tagger(dm: SequenceDataModule, optimizer: dict, kind: str = "first_order") 
     encoder = {"name": "features", "templates": "set2"}
     vocabularies = build_vocabularies(encoder, [s.tokens for s in dm.train_sentences])
     model = Tagger(encoder, {"kind": kind}, dm.tags, dm.scheme, vocabularies, optimizer)
-    dm.set_input_builder(model.encoder.prepare)
+    dm.set_input_builder(model.encoder.preparer)
     return model
 
 
@@ -453,7 +454,7 @@ def test_label_pair_features_train_checkpoint_and_predict(tmp_path: Path) -> Non
     vocabularies = build_vocabularies(encoder, [s.tokens for s in dm.train_sentences])
     model = Tagger(encoder, {"kind": "first_order"}, dm.tags, dm.scheme, vocabularies,
                    {"name": "lbfgs", "l2_sigma2": 10.0, "tolerance_change": 1e-4})
-    dm.set_input_builder(model.encoder.prepare)
+    dm.set_input_builder(model.encoder.preparer)
     trainer = _trainer(epochs=60)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LBFGSNotConvergedWarning)
@@ -483,7 +484,7 @@ def test_full_batch_gradient_with_sparse_feature_gradients_is_the_dense_one() ->
     encoder = {"name": "features", "templates": "set2", "pair_templates": ["w[-1,0]"]}
     vocabularies = build_vocabularies(encoder, [s.tokens for s in dm.train_sentences])
     model = Tagger(encoder, {"kind": "first_order"}, dm.tags, dm.scheme, vocabularies, {"name": "lbfgs"}).double()
-    dm.set_input_builder(model.encoder.prepare)
+    dm.set_input_builder(model.encoder.preparer)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.3)

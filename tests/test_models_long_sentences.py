@@ -104,7 +104,7 @@ def _sparse_entities(model: Tagger, words: list[str]) -> None:
 
 def _fit_calibrate_reload(model: Tagger, dm: SequenceDataModule, words: list[str], tmp_path: Path) -> Tagger:
     """One real training step, then :func:`_sparse_entities`, then a checkpoint round trip."""
-    dm.set_input_builder(model.encoder.prepare)
+    dm.set_input_builder(model.encoder.preparer)
     trainer = pl.Trainer(
         max_steps=1, limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,

@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from neurocrf.cli.utils import compose_task_config, to_plain
+from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.datamodule import SequenceDataModule
 from neurocrf.data.sample import generate_sample_corpus
 from neurocrf.encoders import build_vocabularies
@@ -27,6 +27,7 @@ from neurocrf.models.optim import (
 )
 from neurocrf.models.tagger import Tagger
 from neurocrf.structs import LinearChainCRF
+from neurocrf.values import to_plain
 
 
 class PreTrainedModel(nn.Module):  # stands for transformers.PreTrainedModel (matched by name)
@@ -254,7 +255,7 @@ def test_lbfgs_full_batch_minimises_penalised_sum_nll() -> None:
     model = Tagger(encoder, {"kind": "first_order"}, dm.tags, dm.scheme, vocabularies, optimizer)
     assert model.reduction == "sum"
     assert isinstance(model.projection, nn.Identity)  # feature weights are the emission scores
-    dm.set_input_builder(model.encoder.prepare)
+    dm.set_input_builder(model.encoder.preparer)
     batch = next(iter(dm.train_dataloader()))
     assert len(batch["tokens"]) == 60  # one batch: the whole training set
 
@@ -311,7 +312,7 @@ def test_recipe_in_a_lightning_fit_schedules_by_step_and_clips() -> None:
     model = Tagger(encoder, {"kind": "first_order", "dropout": 0.0}, dm.tags, dm.scheme, vocabularies,
                    {"name": "adamw", "lr": 1e-3, "head_lr": 1e-2, "weight_decay": 0.01},
                    {"name": "linear", "warmup_ratio": 0.25})
-    dm.set_input_builder(model.encoder.prepare)
+    dm.set_input_builder(model.encoder.preparer)
     recorder = _StepRecorder()
     clip = 1e-3  # far below the gradient norms of this model, so every step is clipped
     trainer = pl.Trainer(max_epochs=2, gradient_clip_val=clip, callbacks=[recorder], logger=False,

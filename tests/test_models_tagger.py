@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from omegaconf import OmegaConf
 
 from neurocrf.data.datamodule import SequenceDataModule
 from neurocrf.data.sample import generate_sample_corpus
 from neurocrf.encoders import build_vocabularies
 from neurocrf.models.heads import SoftmaxHead, build_head
 from neurocrf.models.records import dedupe_records, pad_records, unpad_records
-from neurocrf.models.tagger import Tagger, plain
+from neurocrf.models.tagger import Tagger
 
 ENCODER = {"name": "bilstm", "word_dim": 16, "char_dim": 8, "char_hidden": 8, "hidden_size": 16}
 
@@ -46,7 +45,7 @@ def _is_plain(value: object) -> bool:
 
 def test_checkpoint_loads_weights_only_and_predicts_the_same(datamodule: SequenceDataModule, tmp_path: Path) -> None:
     model = _tagger(datamodule)
-    datamodule.set_input_builder(model.encoder.prepare)
+    datamodule.set_input_builder(model.encoder.preparer)
     trainer = pl.Trainer(
         max_epochs=1, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0,
         logger=False, enable_progress_bar=False, enable_model_summary=False,
@@ -86,16 +85,6 @@ def test_predict_returns_every_token_for_any_length(datamodule: SequenceDataModu
         assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 1 + 1e-5
     assert predictions[2].tokens == long_sentence
     assert model.training  # predict restores the previous mode
-
-
-def test_hyperparameters_must_be_plain() -> None:
-    config = OmegaConf.create({"a": [1, 2], "b": {"c": "${a}"}})
-    assert plain(config) == {"a": [1, 2], "b": {"c": [1, 2]}}
-    assert plain({"p": Path("/x"), "t": (1, 2), "n": torch.tensor(3.5)}) == {"p": "/x", "t": [1, 2], "n": 3.5}
-    with pytest.raises(TypeError, match=r"encoder\.module: Linear is not a plain value"):
-        plain({"module": torch.nn.Linear(1, 1)}, "encoder")
-    with pytest.raises(TypeError, match="key 1 is not a string"):
-        plain({1: "x"})
 
 
 def test_heads() -> None:

@@ -76,7 +76,7 @@ def test_fit_runs_the_transformer_in_train_mode_and_validates_in_eval_mode(
     datamodule.prepare_data()
     datamodule.setup("fit")
     model = ModeRecorder(**build_model(cfg, datamodule).hparams)
-    datamodule.set_input_builder(model.encoder.prepare)
+    datamodule.set_input_builder(model.encoder.preparer)
     trainer = pl.Trainer(accelerator="cpu", max_epochs=2, limit_train_batches=2, limit_val_batches=1,
                          num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)

@@ -17,10 +17,11 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig
 
 from neurocrf.cli.utils import CONFIG_DIR, float_metrics, instantiate_list, set_seed
+from neurocrf.conventions import SPLITS
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("dev", "test")
+EVALUATION_SPLITS = SPLITS[1:]  # dev, test
 
 
 def align_tags(datamodule: Any, tags: list[str], sentences: list[Any], where: str) -> None:
@@ -47,8 +48,8 @@ def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     from neurocrf.models.tagger import Tagger
 
     split = cfg.get("split", "test")
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if split not in EVALUATION_SPLITS:
+        raise ValueError(f"split must be one of {EVALUATION_SPLITS}, got {split!r}")
     set_seed(cfg.get("seed"))
     model = Tagger.load(cfg.ckpt_path)
     # Read the corpus in the model's scheme so gold and predicted tags compare directly.
@@ -60,7 +61,7 @@ def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     datamodule.setup("test")
     sentences = datamodule.dev_sentences if split == "dev" else datamodule.test_sentences
     align_tags(datamodule, model.tags, sentences, str(cfg.data.get(f"{split}_path")))
-    datamodule.set_input_builder(model.encoder.prepare)
+    datamodule.set_input_builder(model.encoder.preparer)
 
     model.report_dir = str(cfg.get("report_dir") or cfg.paths.output_dir)
     model.report_prefix = split

@@ -37,8 +37,8 @@ from neurocrf.cli.utils import (
     metric_value,
     set_seed,
     start_options,
-    to_plain,
 )
+from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
 
     model = build_model(cfg, datamodule)
     model.report_dir = str(cfg.paths.output_dir)
-    datamodule.set_input_builder(model.encoder.prepare)
+    datamodule.set_input_builder(model.encoder.preparer)
 
     callbacks: list[pl.Callback] = instantiate_list(cfg.get("callbacks"), "callback")
     no_dev = hasattr(datamodule, "has_split") and not datamodule.has_split("dev")

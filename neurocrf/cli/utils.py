@@ -20,7 +20,9 @@ from typing import Any
 import hydra
 import pytorch_lightning as pl
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +48,6 @@ CONFIG_DIR = config_dir()
 os.environ.setdefault(
     "PROJECT_ROOT", str(Path.cwd() if Path(CONFIG_DIR) == PACKAGED_CONFIGS else Path(CONFIG_DIR).parent)
 )
-
-
-def to_plain(cfg: Any) -> Any:
-    """A resolved plain-python copy of a config; unresolved as a whole if some interpolation
-    cannot be resolved (e.g. ``${hydra:...}`` outside a Hydra run)."""
-    if not OmegaConf.is_config(cfg):
-        return cfg
-    try:
-        return OmegaConf.to_container(cfg, resolve=True)
-    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra run
-        return OmegaConf.to_container(cfg, resolve=False)
 
 
 def instantiate_list(cfg: DictConfig | None, kind: str) -> list[Any]:

@@ -1,9 +1,9 @@
-"""neurocrf.data: column corpora, tag schemes, vocabularies, the sample corpus, batching.
+"""neurocrf.data: column corpora, tag schemes, the sample corpus, splits, batching.
 
 ``conll``       read_conll / write_conll / Sentence / ConllFormatError
 ``schemes``     IOB1, IOB2, BIOES: convert_tags, get_spans, validate_tags
-``vocab``       Vocabulary
 ``sample``      ensure_sample_corpus (the built-in generated corpus)
+``splits``      dev and test splits cut out of a training file
 ``datamodule``  SequenceDataModule (Lightning), Batch; imported lazily (it pulls in Lightning)
 """
 
@@ -20,7 +20,6 @@ from neurocrf.data.schemes import (
     get_spans,
     validate_tags,
 )
-from neurocrf.data.vocab import Vocabulary
 
 _LAZY = {"SequenceDataModule", "Batch", "BucketBatchSampler"}
 
@@ -30,7 +29,6 @@ __all__ = [
     "InvalidTagError",
     "Sentence",
     "Span",
-    "Vocabulary",
     "convert_tags",
     "ensure_sample_corpus",
     "generate_sample_corpus",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler
 
+from neurocrf.conventions import SPLITS
 from neurocrf.data.conll import ConllFormatError, Sentence, read_conll
 from neurocrf.data.sample import ensure_sample_corpus
 from neurocrf.data.schemes import (
@@ -36,6 +38,8 @@ from neurocrf.data.schemes import (
     spans_to_tags,
     tag_types,
 )
+from neurocrf.data.splits import hold_out, split_by_fractions
+from neurocrf.values import to_plain
 
 InputBuilder = Callable[[list[list[str]]], dict[str, Tensor]]
 
@@ -151,17 +155,6 @@ class BucketBatchSampler(BatchSampler):
             yield batches[position]
 
 
-def _plain(value: Any) -> Any:
-    """Hydra hands over DictConfig/ListConfig: make them plain python containers."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        return value
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
-
-
 class SequenceDataModule(pl.LightningDataModule):
     """Train/dev/test column files -> padded, bucketed batches of tag ids.
 
@@ -216,13 +209,13 @@ class SequenceDataModule(pl.LightningDataModule):
         keep_types: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
-        self.keep_types = None if keep_types is None else {str(t) for t in _plain(keep_types)}
+        self.keep_types = None if keep_types is None else {str(t) for t in keep_types}
         if self.keep_types is not None and not self.keep_types:
             raise ValueError("keep_types is empty: nothing would be left to tag")
-        self.token_columns = None if token_columns is None else [int(c) for c in _plain(token_columns)]
+        self.token_columns = None if token_columns is None else [int(c) for c in token_columns]
         self.file_scheme = check_scheme(file_scheme)
         self.scheme = check_scheme(scheme)
-        self.reader = dict(_plain(reader) or {})
+        self.reader = dict(to_plain(reader, "reader") or {})
         self.paths: dict[str, str | None] = {
             "train": _optional_path(train_path),
             "dev": _optional_path(dev_path),
@@ -237,14 +230,14 @@ class SequenceDataModule(pl.LightningDataModule):
         self.sample_dir = _optional_path(sample_dir)
         self.sample_seed = sample_seed
         self.dev_fraction = dev_fraction
-        self.split_fractions = None if split_fractions is None else list(_plain(split_fractions))
+        self.split_fractions = None if split_fractions is None else list(split_fractions)
         self.seed = 0 if seed is None else int(seed)  # Hydra configs may say `seed: null`
         self.pool_batches = pool_batches
         self._check_split_options()
         self._slot = _BuilderSlot()
         self.tags: list[str] = []
         self.tag_to_id: dict[str, int] = {}
-        self.splits: dict[str, list[Sentence] | None] = {"train": None, "dev": None, "test": None}
+        self.splits: dict[str, list[Sentence] | None] = {split: None for split in SPLITS}
 
     @classmethod
     def from_sentences(
@@ -290,7 +283,7 @@ class SequenceDataModule(pl.LightningDataModule):
             return
         if self.sample_dir is not None and self._needs_sample():
             sample = ensure_sample_corpus(self.sample_dir, seed=self.sample_seed)
-            for split in ("train", "dev", "test"):
+            for split in SPLITS:
                 if self.paths[split] is None and not self._derived(split):
                     self.paths[split] = str(sample[split])
         if self.paths["train"] is None:
@@ -312,7 +305,7 @@ class SequenceDataModule(pl.LightningDataModule):
     def _derived(self, split: str) -> bool:
         """Whether ``split`` is cut out of the training file."""
         if self.split_fractions is not None:
-            return split in ("dev", "test")
+            return split in SPLITS[1:]
         return split == "dev" and self.dev_fraction is not None
 
     def _load(self, loaded: dict[str, list[Sentence] | None]) -> None:
@@ -320,9 +313,9 @@ class SequenceDataModule(pl.LightningDataModule):
         if not train:
             raise ValueError("the training split is empty")
         if self.split_fractions is not None:
-            loaded = _split_by_fractions(train, self.split_fractions)
+            loaded = split_by_fractions(train, self.split_fractions)
         elif self.dev_fraction is not None:
-            loaded = {**loaded, **_hold_out(train, self.dev_fraction)}
+            loaded = {**loaded, **hold_out(train, self.dev_fraction)}
         for split, sentences in loaded.items():
             loaded[split] = None if sentences is None else [self._convert(s) for s in sentences]
         train = loaded["train"]
@@ -340,7 +333,7 @@ class SequenceDataModule(pl.LightningDataModule):
             train = loaded["train"]
         self.tags = all_tags(tag_types(t for s in train for t in s.tags or ()), self.scheme)
         self.tag_to_id = {tag: i for i, tag in enumerate(self.tags)}
-        for split in ("dev", "test"):
+        for split in SPLITS[1:]:
             for sentence in loaded[split] or ():
                 self._check_known(sentence, split)
         self.splits = loaded
@@ -408,10 +401,21 @@ class SequenceDataModule(pl.LightningDataModule):
         return counts
 
     def set_input_builder(self, fn: InputBuilder | None) -> None:
-        """Set the function that turns a batch's tokens into encoder inputs (``Batch.inputs``).
+        """Set the function that turns a batch's tokens into encoder inputs (``Batch.inputs``):
+        the encoder's preparer (``model.encoder.preparer``), a small picklable object.
 
-        Applies to every loader of this module, also ones created before the call.
+        Applies to every loader of this module, also ones created before the call. A bound method
+        of a torch module (``model.encoder.prepare``) works but warns: DataLoader worker processes
+        would each receive a copy of the whole module with its weights.
         """
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, torch.nn.Module):
+            warnings.warn(
+                f"set_input_builder got the bound method {type(owner).__name__}.{getattr(fn, '__name__', '?')},"
+                " which carries the whole module into DataLoader workers; pass the encoder's preparer"
+                " (model.encoder.preparer)",
+                stacklevel=2,
+            )
         self._slot.fn = fn
 
     # ---- loaders ----------------------------------------------------------------------------
@@ -478,27 +482,3 @@ def _optional_path(path: str | os.PathLike[str] | None) -> str | None:
 
 def _maybe_list(sentences: Sequence[Sentence] | None) -> list[Sentence] | None:
     return None if sentences is None else list(sentences)
-
-
-def _split_by_fractions(
-    sentences: list[Sentence], fractions: Sequence[float]
-) -> dict[str, list[Sentence] | None]:
-    """The first ``fractions[0]`` of the sentences -> train, the next ``fractions[1]`` -> dev,
-    the rest -> test."""
-    n = len(sentences)
-    first = round(n * fractions[0])
-    second = first + round(n * fractions[1])
-    return {"train": sentences[:first], "dev": sentences[first:second], "test": sentences[second:]}
-
-
-def _hold_out(sentences: list[Sentence], fraction: float) -> dict[str, list[Sentence] | None]:
-    """The last ``fraction`` of the documents (or of the sentences, with one document) -> dev."""
-    documents = sorted({s.document for s in sentences if s.document is not None})
-    if len(documents) > 1:
-        held = set(documents[len(documents) - max(1, round(len(documents) * fraction)) :])
-        return {
-            "train": [s for s in sentences if s.document not in held],
-            "dev": [s for s in sentences if s.document in held],
-        }
-    cut = len(sentences) - max(1, round(len(sentences) * fraction))
-    return {"train": sentences[:cut], "dev": sentences[cut:]}

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from neurocrf.conventions import OUTSIDE
 from neurocrf.data.conll import Sentence, write_conll
 
 TYPES: tuple[str, ...] = ("PER", "ORG", "LOC", "MISC")
@@ -174,7 +175,7 @@ class _Generator:
 
         def outside(words: tuple[str, ...] | list[str]) -> None:
             tokens.extend(words)
-            tags.extend(["O"] * len(words))
+            tags.extend([OUTSIDE] * len(words))
 
         if rng.random() < 0.08:
             outside(rng.choice(_OPENERS))

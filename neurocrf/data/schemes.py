@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-SCHEMES: tuple[str, ...] = ("IOB1", "IOB2", "BIOES")
+from neurocrf.conventions import OUTSIDE, SCHEMES
 
 _PREFIXES: dict[str, tuple[str, ...]] = {
     "IOB1": ("B", "I"),
@@ -63,8 +63,8 @@ def split_tag(tag: str, scheme: str, position: int | None = None) -> tuple[str, 
     Raises InvalidTagError for a tag that is not ``O`` nor ``<prefix>-<type>`` with a prefix of
     ``scheme`` and a non-empty type.
     """
-    if tag == "O":
-        return "O", None
+    if tag == OUTSIDE:
+        return OUTSIDE, None
     prefix, sep, type_ = tag.partition("-")
     if not sep or not type_ or prefix not in _PREFIXES[scheme]:
         where = f"token {position + 1}: " if position is not None else ""
@@ -77,7 +77,7 @@ def split_tag(tag: str, scheme: str, position: int | None = None) -> tuple[str, 
 
 def make_tag(prefix: str, type_: str | None) -> str:
     """Inverse of :func:`split_tag`."""
-    return "O" if prefix == "O" else f"{prefix}-{type_}"
+    return OUTSIDE if prefix == OUTSIDE else f"{prefix}-{type_}"
 
 
 def validate_tags(tags: Sequence[str], scheme: str) -> None:
@@ -87,7 +87,7 @@ def validate_tags(tags: Sequence[str], scheme: str) -> None:
     0-based index of the offending token.
     """
     check_scheme(scheme)
-    prev_prefix, prev_type = "O", None
+    prev_prefix, prev_type = OUTSIDE, None
     for i, tag in enumerate(tags):
         prefix, type_ = split_tag(tag, scheme, i)
         problem = _transition_problem(scheme, prev_prefix, prev_type, prefix, type_)
@@ -107,9 +107,9 @@ def _transition_problem(
     scheme: str, prev_prefix: str, prev_type: str | None, prefix: str, type_: str | None
 ) -> str | None:
     """Why ``prev -> cur`` is not allowed in ``scheme``, or None if it is."""
-    prev = "O (or sentence start)" if prev_prefix == "O" else make_tag(prev_prefix, prev_type)
+    prev = "O (or sentence start)" if prev_prefix == OUTSIDE else make_tag(prev_prefix, prev_type)
     cur = make_tag(prefix, type_)
-    inside = prev_prefix != "O" and prev_type == type_
+    inside = prev_prefix != OUTSIDE and prev_type == type_
     if scheme == "IOB2":
         if prefix == "I" and not inside:
             return f"{cur} follows {prev}: an IOB2 span must start with B-{type_}"
@@ -154,7 +154,7 @@ def get_spans(tags: Sequence[str], scheme: str) -> list[Span]:
 
     for i, tag in enumerate(tags):
         prefix, type_ = split_tag(tag, scheme, i)
-        if prefix == "O":
+        if prefix == OUTSIDE:
             close(i)
             continue
         if scheme == "BIOES":
@@ -177,7 +177,7 @@ def get_spans(tags: Sequence[str], scheme: str) -> list[Span]:
 def spans_to_tags(spans: Sequence[Span], length: int, scheme: str) -> list[str]:
     """Write non-overlapping spans as a tag sequence of ``length`` tokens in ``scheme``."""
     check_scheme(scheme)
-    tags = ["O"] * length
+    tags = [OUTSIDE] * length
     prev_end, prev_type = -1, None
     for span in sorted(spans, key=lambda s: s.start):
         if span.start < 0 or span.end > length or span.start >= span.end:
@@ -213,10 +213,10 @@ def convert_tags(tags: Sequence[str], source: str, target: str) -> list[str]:
 
 def tag_types(tags: Iterable[str]) -> set[str]:
     """The entity types occurring in ``tags`` (whatever the scheme)."""
-    return {tag.partition("-")[2] for tag in tags if tag != "O" and "-" in tag}
+    return {tag.partition("-")[2] for tag in tags if tag != OUTSIDE and "-" in tag}
 
 
 def all_tags(types: Sequence[str] | set[str], scheme: str) -> list[str]:
     """Every tag of ``scheme`` over ``types``: ``"O"`` first, then the others sorted."""
     prefixes = scheme_prefixes(scheme)
-    return ["O"] + sorted(f"{p}-{t}" for t in set(types) for p in prefixes)
+    return [OUTSIDE] + sorted(f"{p}-{t}" for t in set(types) for p in prefixes)

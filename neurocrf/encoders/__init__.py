@@ -19,23 +19,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from neurocrf.encoders.base import Encoder, plain_config
+from neurocrf.encoders.base import Encoder
 from neurocrf.encoders.features import extract_features
+from neurocrf.values import to_plain
 
 ENCODERS = ("bilstm", "transformer", "features")
 
 
-def _name(config: dict[str, Any]) -> str:
+def _checked(config: Any) -> tuple[dict[str, Any], str]:
+    """The config as plain values (a dict) and the encoder's name, checked."""
+    config = to_plain(config, "encoder")
+    if not isinstance(config, dict):
+        raise TypeError(f"encoder config must be a mapping, got {type(config).__name__}")
     name = config.get("name")
     if name not in ENCODERS:
         raise ValueError(f"unknown encoder name {name!r}; expected one of {ENCODERS}")
-    return name
+    return config, name
 
 
 def build_vocabularies(config: Any, sentences: list[list[str]]) -> dict[str, Any]:
     """Vocabularies the encoder needs, from the training sentences; plain values only."""
-    config = plain_config(config)
-    name = _name(config)
+    config, name = _checked(config)
     if name == "bilstm":
         from neurocrf.encoders.bilstm import build_vocabularies as build
 
@@ -56,8 +60,7 @@ def build_encoder(config: Any, vocabularies: dict[str, Any], num_tags: int, *, r
         restore: True when the weights will come from a state dict (checkpoint loading): skips
             reading pretrained weights (transformer) and pretrained vector rows (BiLSTM).
     """
-    config = plain_config(config)
-    name = _name(config)
+    config, name = _checked(config)
     if name == "bilstm":
         from neurocrf.encoders.bilstm import build_bilstm
 

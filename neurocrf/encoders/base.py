@@ -20,7 +20,7 @@ bound method, which would drag the whole module along.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -36,10 +36,11 @@ class Encoder(nn.Module):
     output_dim: int
     emits_scores: bool = False
     emits_pairs: bool = False
+    preparer: Callable[[list[list[str]]], dict[str, Tensor]]  # set by every encoder (see the module docstring)
 
     def prepare(self, tokens: list[list[str]]) -> dict[str, Tensor]:
-        """Turn a batch of sentences into CPU tensors for :meth:`forward`."""
-        raise NotImplementedError
+        """Turn a batch of sentences into CPU tensors for :meth:`forward` (``self.preparer``)."""
+        return self.preparer(tokens)
 
     def forward(self, inputs: dict[str, Tensor]) -> Tensor:  # pragma: no cover - interface
         """Return ``[batch, seq_len, output_dim]``; ``seq_len`` = longest sentence of the batch."""
@@ -91,20 +92,6 @@ def counted_vocabulary(counts: Counter[str], min_count: int, specials: Iterable[
     kept = [item for item, count in counts.items() if count >= min_count and item not in specials]
     kept.sort(key=lambda item: (-counts[item], item))
     return specials + kept
-
-
-def plain_config(config: Mapping[str, Any] | Any) -> dict[str, Any]:
-    """A plain ``dict`` copy of a config (accepts an OmegaConf ``DictConfig`` too)."""
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(config, DictConfig):
-            return dict(OmegaConf.to_container(config, resolve=True))  # type: ignore[arg-type]
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
-    if not isinstance(config, Mapping):
-        raise TypeError(f"encoder config must be a mapping, got {type(config).__name__}")
-    return dict(config)
 
 
 def with_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any], encoder: str) -> dict[str, Any]:

@@ -206,9 +206,6 @@ class BiLSTMEncoder(Encoder):
                 self.embedding.weight[staged[0]] = staged[1].to(self.embedding.weight.dtype)
             self.embedding.weight[0].zero_()
 
-    def prepare(self, tokens: list[list[str]]) -> dict[str, Tensor]:
-        return self.preparer(tokens)
-
     def forward(self, inputs: dict[str, Tensor]) -> Tensor:
         inputs = self._to_device(inputs)
         ids, mask = inputs["words"], inputs["mask"]

@@ -529,9 +529,6 @@ class FeatureEncoder(Encoder):
         # sparse weight gradients, added into existing dense .grad tensors (full-batch L-BFGS sets it)
         self.sparse_gradients = False
 
-    def prepare(self, tokens: list[list[str]]) -> dict[str, Tensor]:
-        return self.preparer(tokens)
-
     def forward(self, inputs: dict[str, Tensor]) -> Tensor:
         inputs = self._to_device(inputs)
         batch, width = inputs["mask"].shape

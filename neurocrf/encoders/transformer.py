@@ -285,9 +285,6 @@ class TransformerEncoder(Encoder):
             self.model.eval()  # a frozen model keeps dropout off
         return self
 
-    def prepare(self, tokens: list[list[str]]) -> dict[str, Tensor]:
-        return self.preparer(tokens)
-
     def forward(self, inputs: dict[str, Tensor]) -> Tensor:
         inputs = self._to_device(inputs)
         mask = inputs["mask"]

@@ -28,6 +28,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
+from neurocrf.conventions import OUTSIDE
 from neurocrf.encoders import build_encoder
 from neurocrf.models.heads import build_head
 from neurocrf.models.lbfgs import FullBatchLBFGS
@@ -41,46 +42,15 @@ from neurocrf.models.optim import (
 from neurocrf.models.prediction import Prediction, build_predictions
 from neurocrf.models.records import Record, dedupe_records, pad_records, unpad_records
 from neurocrf.structs import SecondOrderCRF
+from neurocrf.values import to_plain as plain
 
 log = logging.getLogger(__name__)
 
-OUTSIDE = "O"
 PREDICT_PRECISIONS = ("32", "bf16")
 
 
 class LBFGSNotConvergedWarning(UserWarning):
     """A full-batch L-BFGS run stopped before its convergence test passed."""
-
-
-def plain(value: Any, where: str = "value") -> Any:
-    """A copy of ``value`` made of dicts (str keys), lists, str, int, float, bool and None only.
-
-    OmegaConf containers, tuples, paths and numpy scalars are converted; anything else raises
-    TypeError naming where it sits, because it would break ``weights_only`` checkpoint loading.
-    """
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(value, (DictConfig, ListConfig)):
-            value = OmegaConf.to_container(value, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TypeError(f"{where}: key {key!r} is not a string")
-            out[key] = plain(item, f"{where}.{key}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [plain(item, f"{where}[{i}]") for i, item in enumerate(value)]
-    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy / torch scalar
-        return value.item()
-    raise TypeError(f"{where}: {type(value).__name__} is not a plain value (dict, list, str, number)")
 
 
 class Tagger(pl.LightningModule):

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-SCHEMES = ("IOB1", "IOB2", "BIOES")
-OUTSIDE = "O"
+from neurocrf.conventions import OUTSIDE, SCHEMES
+
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Constraints:
 def split_tag(tag: str, outside: str = OUTSIDE) -> tuple[str, str | None]:
     """``"B-PER"`` -> ``("B", "PER")``; the outside tag -> ``("O", None)``."""
     if tag == outside:
-        return "O", None
+        return OUTSIDE, None
     prefix, sep, entity_type = tag.partition("-")
     if not sep or not entity_type or prefix not in {"B", "I", "E", "S"}:
         raise ValueError(f"tag {tag!r} is neither {outside!r} nor PREFIX-TYPE with PREFIX in B, I, E, S")
