@@ -15,7 +15,7 @@ import torch
 
 from neurocrf.data.schemes import all_tags
 from neurocrf.models.prediction import build_predictions
-from neurocrf.structs import build_crf
+from neurocrf.structs import CRF_KINDS, build_crf
 
 
 def main() -> None:
@@ -27,7 +27,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tags = all_tags(["PER", "LOC", "ORG", "MISC"], "BIOES")
     print(f"| CRF | tokens | spans | seconds ({args.threads} thread) |\n|---|---:|---:|---:|")
-    for kind in ("first_order", "second_order", "precursor"):
+    for kind in CRF_KINDS:
         torch.manual_seed(args.seed)
         head = build_crf(kind, tags, "BIOES")
         emissions = torch.randn(1, args.length, len(tags)) * 3

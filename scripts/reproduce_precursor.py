@@ -41,10 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from neurocrf.cli.utils import CONFIG_DIR, float_metrics, instantiate_list, set_seed
+from neurocrf.structs import CRF_KINDS
 
 log = logging.getLogger("reproduce_precursor")
 
-CRFS = ("first_order", "second_order", "precursor")
+CRFS = CRF_KINDS
 CRF_NAMES = {"first_order": "first-order CRF", "second_order": "second-order CRF", "precursor": "precursor-induced CRF"}
 
 

@@ -38,6 +38,7 @@ from neurocrf.cli.utils import (
     set_seed,
     start_options,
 )
+from neurocrf.study.runs import SUMMARY_FILE
 from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
@@ -107,9 +108,6 @@ def _copy_matching_weights(model: Any, state: dict[str, Any], path: str) -> None
                 param.zero_()
     log.info("init_from=%s: %d tensors copied, %d start fresh%s", path, len(matching), len(fresh),
              f" ({', '.join(fresh)})" if fresh else "")
-
-
-SUMMARY_FILE = "summary.json"
 
 
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
