@@ -31,7 +31,7 @@ def measure(experiment: str, overrides: list[str], sentences: int, chunk_tokens:
 
     from neurocrf.cli.train import build_model
     from neurocrf.cli.utils import compose_task_config
-    from neurocrf.models.tagger import length_sorted_chunks
+    from neurocrf.models.full_batch import length_sorted_chunks
 
     with tempfile.TemporaryDirectory() as out:
         cfg = compose_task_config("train", out, [f"experiment={experiment}", *overrides])

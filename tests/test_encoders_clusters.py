@@ -152,7 +152,8 @@ def test_cluster_and_vector_features_train_checkpoint_and_predict(tmp_path: Path
 
     from neurocrf.data.datamodule import SequenceDataModule
     from neurocrf.data.sample import generate_sample_corpus
-    from neurocrf.models.tagger import LBFGSNotConvergedWarning, Tagger
+    from neurocrf.models.full_batch import LBFGSNotConvergedWarning
+    from neurocrf.models.tagger import Tagger
 
     corpus = generate_sample_corpus(seed=3, sizes={"train": 30, "dev": 10, "test": 10})
     dm = SequenceDataModule.from_sentences(corpus["train"], corpus["dev"], corpus["test"], file_scheme="IOB2",

@@ -12,8 +12,8 @@ import torch
 from neurocrf.data.datamodule import SequenceDataModule
 from neurocrf.data.sample import generate_sample_corpus
 from neurocrf.encoders import build_vocabularies
-from neurocrf.models.heads import SoftmaxHead, build_head
-from neurocrf.models.records import dedupe_records, pad_records, unpad_records
+from neurocrf.models.heads import HEAD_KINDS, SoftmaxHead, TaggingHead, build_head
+from neurocrf.models.records import dedupe_records, gather_records, pad_records, unpad_records
 from neurocrf.models.tagger import Tagger
 
 ENCODER = {"name": "bilstm", "word_dim": 16, "char_dim": 8, "char_hidden": 8, "hidden_size": 16}
@@ -59,11 +59,11 @@ def test_checkpoint_loads_weights_only_and_predicts_the_same(datamodule: Sequenc
     hparams = checkpoint["hyper_parameters"]
     assert set(hparams) == {"encoder", "head", "tags", "scheme", "vocabularies", "optimizer", "scheduler", "config"}
     assert _is_plain(hparams) and hparams["tags"] == datamodule.tags
-    assert checkpoint["neurocrf"]["val_f1_best"] == pytest.approx(model.val_f1_best)
+    assert checkpoint["neurocrf"]["val_f1_best"] == pytest.approx(model.best_score)
 
     loaded = Tagger.load(path)
     assert not loaded.training and loaded.tags == model.tags and loaded.scheme == "BIOES"
-    assert loaded.val_f1_best == pytest.approx(model.val_f1_best)
+    assert loaded.best_score == pytest.approx(model.best_score)
     model.eval()
     sentences = [s.tokens for s in datamodule.test_sentences[:5]]
     for ours, theirs in zip(model.predict(sentences), loaded.predict(sentences)):
@@ -90,6 +90,11 @@ def test_predict_returns_every_token_for_any_length(datamodule: SequenceDataModu
 def test_heads() -> None:
     tags = ["O", "B-X", "I-X", "E-X", "S-X"]
     assert isinstance(build_head({"kind": "softmax"}, tags, "BIOES"), SoftmaxHead)
+    for kind in HEAD_KINDS:  # every head keeps the contract the tagger and the predictions rely on
+        head = build_head({"kind": kind}, tags, "BIOES")
+        assert isinstance(head, TaggingHead) and isinstance(head, torch.nn.Module)
+        assert head.accepts_pair_emissions == (kind == "first_order")
+    assert not isinstance(torch.nn.Linear(2, 2), TaggingHead)
     with pytest.raises(ValueError, match="unknown head kind 'third_order'"):
         build_head({"kind": "third_order"}, tags, "BIOES")
     with pytest.raises(ValueError, match="softmax head takes no options"):
@@ -117,6 +122,26 @@ def test_records_gather_padding_and_dedupe() -> None:
     assert records == [(0, [4], [4]), (1, [0, 0], [0, 1]), (2, [1, 2, 3], [1, 2, 0]), (3, [], [])]
     with pytest.raises(ValueError, match="do not fit"):
         pad_records(rank1, 2, 3)
+
+
+def test_gather_records_through_all_gather_of_two_ranks() -> None:
+    """``gather_records`` as rank 0 sees it: ``all_gather`` stacks rank 1's tensor of each call,
+    sizes first, then the records padded to the largest count and length of any rank."""
+    rank0 = [(2, [1, 2, 3], [1, 2, 0]), (0, [4], [4])]
+    rank1 = [(1, [0, 0], [0, 1]), (0, [4], [4]), (3, [], [])]
+    answers: list[torch.Tensor] = []
+
+    def all_gather(tensor: torch.Tensor) -> torch.Tensor:
+        if not answers:  # the first call gathers the sizes; rank 1 then pads to the agreed shapes
+            sizes = torch.stack([tensor, torch.tensor([len(rank1), 2])])
+            answers.extend([sizes[1], *pad_records(rank1, int(sizes[:, 0].max()), int(sizes[:, 1].max()))])
+        theirs = answers.pop(0)
+        assert theirs.shape == tensor.shape
+        return torch.stack([tensor, theirs])
+
+    records = gather_records(rank0, all_gather)
+    assert records == [(0, [4], [4]), (1, [0, 0], [0, 1]), (2, [1, 2, 3], [1, 2, 0]), (3, [], [])]
+    assert gather_records(rank1) == [(0, [4], [4]), (1, [0, 0], [0, 1]), (3, [], [])]  # one device
 
 
 def test_shape_mismatch_names_the_problem(datamodule: SequenceDataModule) -> None:

@@ -1,10 +1,15 @@
 """Output layers of the tagger: a CRF layer (any of the three) or the softmax head, built from a
-plain config dict (:func:`build_head`)."""
+plain config dict (:func:`build_head`), and the contract they share (:class:`TaggingHead`).
+
+>>> head = build_head({"kind": "softmax"}, ["O", "B-X", "I-X"], "IOB2")
+>>> isinstance(head, TaggingHead), isinstance(build_head({"kind": "precursor"}, ["O", "B-X"], "IOB2"), TaggingHead)
+(True, True)
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -17,6 +22,50 @@ HEAD_KINDS = ("softmax", *CRF_KINDS)
 _HEAD_KEYS = ("kind", "constrained", "dropout", "reduction")
 
 
+@runtime_checkable
+class TaggingHead(Protocol):
+    """What the :class:`~neurocrf.models.tagger.Tagger` and :mod:`~neurocrf.models.prediction`
+    call on their output layer (a ``torch.nn.Module``): the CRF layers of :mod:`neurocrf.structs`
+    and :class:`SoftmaxHead` satisfy it.
+
+    Shapes: ``emissions`` ``[B, T, L]`` (pair emissions ``[B, T, L + 1, L]`` for a head with
+    ``accepts_pair_emissions``), ``mask`` ``[B, T]`` bool (the True positions of each row, in order,
+    are the sentence), ``tags`` ``[B, T]`` ids (any value at padding).
+    """
+
+    accepts_pair_emissions: bool
+    """Whether the head takes pair emissions (scores of tag pairs: observation-dependent transitions)."""
+
+    def __call__(self, emissions: Tensor, tags: Tensor, mask: Tensor, reduction: str = "mean") -> Tensor:
+        """Negative log-likelihood of ``tags``; ``reduction``: ``mean`` (over sentences), ``sum``,
+        ``none`` (``[B]``) or ``token_mean``."""
+        ...
+
+    def log_partition(self, emissions: Tensor, mask: Tensor) -> Tensor:
+        """``[B]`` log partition function."""
+        ...
+
+    def window_log_partition(self, emissions: Tensor, mask: Tensor, rows: Tensor, starts: Tensor,
+                             allowed: Tensor) -> Tensor:
+        """``[J]`` log partition of row ``rows[j]`` with the tags at positions ``starts[j] ..``
+        restricted to ``allowed[j]`` (bool ``[J, W, L]``): the span confidences."""
+        ...
+
+    def marginals(self, emissions: Tensor, mask: Tensor) -> Tensor:
+        """``[B, T, L]`` token posteriors, 0 at padding."""
+        ...
+
+    def decode(self, emissions: Tensor, mask: Tensor) -> Tensor:
+        """``[B, T]`` most probable tags, -1 at padding."""
+        ...
+
+    def nbest(self, emissions: Tensor, mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """The ``k`` most probable tag sequences ``[B, k, T]`` (-1 padding; the first is
+        :meth:`decode`'s) and their float64 log-probabilities ``[B, k]``, non-increasing (``-inf``
+        where fewer than ``k`` exist)."""
+        ...
+
+
 class SoftmaxHead(nn.Module):
     """Independent per-token classification with the CRF layers' interface.
 
@@ -25,6 +74,8 @@ class SoftmaxHead(nn.Module):
     softmax, decoding is the per-token argmax and the n best paths come from an exact beam (exact
     because the factors are independent). Complexity O(T L) (n-best: O(T k L log(k L))).
     """
+
+    accepts_pair_emissions = False
 
     def forward(self, emissions: Tensor, tags: Tensor, mask: Tensor, reduction: str = "mean") -> Tensor:
         """Negative log-likelihood of ``tags`` ``[B, T]`` (padding any value) under ``emissions``
@@ -106,7 +157,7 @@ def _reduce(nll: Tensor, mask: Tensor, reduction: str) -> Tensor:
     raise ValueError(f"unknown reduction {reduction!r}; expected mean, sum, none or token_mean")
 
 
-def build_head(config: Mapping[str, Any], tags: Sequence[str], scheme: str) -> nn.Module:
+def build_head(config: Mapping[str, Any], tags: Sequence[str], scheme: str) -> TaggingHead:
     """The output layer named by ``config["kind"]``: a CRF layer (options other than ``kind``,
     ``constrained``, ``dropout``, ``reduction`` go to :func:`neurocrf.structs.build_crf`) or the
     softmax head."""

@@ -25,6 +25,7 @@ Optimizer config (``Tagger(optimizer=...)``)::
     tolerance_grad: 1e-5     # converged when ||g|| / max(||w||, 1) <= this (CRFsuite's epsilon)
     history_size: 10, line_search_fn: strong_wolfe, max_line_search: 25,
     chunk_tokens: null       # 20000; for pair emissions (label-pair features) 1.5M / ((L + 1) L)
+    log_every: 10            # a progress line every this many iterations and at the last (0: none)
 
 Scheduler config (``Tagger(scheduler=...)``, or None)::
 
@@ -204,7 +205,7 @@ def param_groups(model: nn.Module, config: dict[str, Any]) -> list[dict[str, Any
 OPTIMIZER_KEYS = frozenset({
     "name", "lr", "weight_decay", "momentum", "nesterov", "betas", "eps", "head_lr", "encoder_lr",
     "l2_sigma2", "max_iter", "max_iterations", "tolerance_change", "period", "tolerance_grad",
-    "history_size", "line_search_fn", "max_line_search", "chunk_tokens",
+    "history_size", "line_search_fn", "max_line_search", "chunk_tokens", "log_every",
 })
 """Every optimizer config key (a key outside it is a typo, refused rather than ignored)."""
 

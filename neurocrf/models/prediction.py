@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from neurocrf.data.schemes import convert_tags, get_spans
+from neurocrf.models.heads import TaggingHead
 
 
 class PredictedSpan(NamedTuple):
@@ -109,7 +110,7 @@ class Prediction:
 
 @torch.no_grad()
 def build_predictions(
-    head: torch.nn.Module,
+    head: TaggingHead,
     emissions: Tensor,
     mask: Tensor,
     tokens: Sequence[Sequence[str]],
@@ -120,8 +121,7 @@ def build_predictions(
     """Decode a batch and attach confidences.
 
     Args:
-        head: a CRF layer or the softmax head (``decode``, ``marginals``, ``log_partition``,
-            ``window_log_partition``, ``nbest``).
+        head: a CRF layer or the softmax head (:class:`~neurocrf.models.heads.TaggingHead`).
         emissions: ``[B, T, L]`` scores; mask: ``[B, T]`` bool, a prefix of ``len(tokens[i])``
             True positions per row.
         tokens: the ``B`` token lists; tags: the ``L`` tag strings; scheme: their scheme.
@@ -153,7 +153,7 @@ def build_predictions(
 
 
 def _attach_spans(
-    head: torch.nn.Module,
+    head: TaggingHead,
     emissions: Tensor,
     mask: Tensor,
     predictions: list[Prediction],
@@ -235,7 +235,7 @@ def _span_encodings(
 
 
 def _attach_nbest(
-    head: torch.nn.Module,
+    head: TaggingHead,
     emissions: Tensor,
     mask: Tensor,
     predictions: list[Prediction],

@@ -19,8 +19,7 @@ hyperparameters, so a checkpoint loads with ``torch.load(path, weights_only=True
 from __future__ import annotations
 
 import logging
-import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,10 @@ from torch import Tensor, nn
 
 from neurocrf.conventions import OUTSIDE
 from neurocrf.encoders import build_encoder
-from neurocrf.models.heads import build_head
-from neurocrf.models.lbfgs import FullBatchLBFGS
-from neurocrf.models.metrics import SpanScores, span_scores, write_report, write_tag_rows
+from neurocrf.models.checkpointed import Checkpointed
+from neurocrf.models.full_batch import FullBatchTraining
+from neurocrf.models.heads import TaggingHead, build_head
+from neurocrf.models.metrics import SpanScores, write_report, write_tag_rows
 from neurocrf.models.optim import (
     DEFAULT_LBFGS_SIGMA2,
     configure_optimizers,
@@ -40,8 +40,7 @@ from neurocrf.models.optim import (
     l2_penalty,
 )
 from neurocrf.models.prediction import Prediction, build_predictions
-from neurocrf.models.records import Record, dedupe_records, pad_records, unpad_records
-from neurocrf.structs import SecondOrderCRF
+from neurocrf.models.records import EvaluationRecords, record_scores, tag_rows
 from neurocrf.values import to_plain as plain
 
 log = logging.getLogger(__name__)
@@ -49,12 +48,12 @@ log = logging.getLogger(__name__)
 PREDICT_PRECISIONS = ("32", "bf16")
 
 
-class LBFGSNotConvergedWarning(UserWarning):
-    """A full-batch L-BFGS run stopped before its convergence test passed."""
-
-
-class Tagger(pl.LightningModule):
+class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
     """Encoder + projection + CRF (first order, second order, precursor) or softmax head.
+
+    Full-batch L-BFGS training comes from :class:`~neurocrf.models.full_batch.FullBatchTraining`,
+    the best dev F1 across epochs and resumes (``val/f1_best``) from
+    :class:`~neurocrf.models.checkpointed.Checkpointed`.
 
     Args:
         encoder: encoder config, ``name`` in {bilstm, transformer, features} plus its options.
@@ -117,10 +116,6 @@ class Tagger(pl.LightningModule):
                 f"full-batch L-BFGS minimises the summed NLL; head.reduction must be 'sum', got"
                 f" {self.reduction!r}"
             )
-        self._chunks: list[dict[str, Any]] | None = None
-        self._warned_extra_batches = False
-        self.lbfgs_summary: dict[str, Any] | None = None  # set at the end of a full-batch fit
-
         self.encoder = build_encoder(
             hparams["encoder"], hparams["vocabularies"], len(self.tags), restore=restore
         )
@@ -130,8 +125,8 @@ class Tagger(pl.LightningModule):
         else:
             self.dropout = nn.Dropout(float(head_config.get("dropout", 0.5)))
             self.projection = nn.Linear(self.encoder.output_dim, len(self.tags))
-        self.head = build_head(head_config, self.tags, scheme)
-        if self.encoder.emits_pairs and not getattr(self.head, "accepts_pair_emissions", False):
+        self.head: TaggingHead = build_head(head_config, self.tags, scheme)
+        if self.encoder.emits_pairs and not self.head.accepts_pair_emissions:
             raise ValueError(
                 f"the encoder scores tag pairs (label-pair features, encoder.pair_templates) but the"
                 f" {head_config.get('kind', 'first_order')} head takes tag scores only; use the first_order CRF"
@@ -140,8 +135,7 @@ class Tagger(pl.LightningModule):
         self.report_dir: str | None = None  # where test reports go (default: the logger's dir)
         self.report_prefix = "test"  # <prefix>_report.txt, <prefix>_metrics.json
         self.test_scores: SpanScores | None = None
-        self.val_f1_best = 0.0
-        self._records: dict[str, list[Record]] = {"val": [], "test": []}
+        self._records = EvaluationRecords()
 
     # ------------------------------------------------------------------ scoring
 
@@ -201,32 +195,24 @@ class Tagger(pl.LightningModule):
         mask, gold = batch["mask"], batch["tags"]
         loss = self.head(emissions, gold, mask, reduction="mean")
         self.log(f"{stage}/loss", loss, on_epoch=True, sync_dist=True, batch_size=len(batch["tokens"]))
-        paths = self.head.decode(emissions, mask)
-        lengths = mask.sum(-1).tolist()
-        index = batch["index"].tolist()
-        gold_rows, path_rows = gold.tolist(), paths.tolist()
-        for i, n in enumerate(lengths):
-            self._records[stage].append((index[i], gold_rows[i][:n], path_rows[i][:n]))
+        self._records.add(stage, batch["index"], gold, self.head.decode(emissions, mask), mask)
 
     def on_validation_epoch_start(self) -> None:
-        self._records["val"] = []
+        self._records.reset("val")
 
     def on_test_epoch_start(self) -> None:
-        self._records["test"] = []
+        self._records.reset("test")
 
     def on_validation_epoch_end(self) -> None:
-        scores = self._epoch_scores("val")
+        scores = record_scores(self._records.collect("val", self), self.tags, self.scheme)
         self.log("val/f1", scores.f1, sync_dist=True)
         self.log("val/precision", scores.precision, sync_dist=True)
         self.log("val/recall", scores.recall, sync_dist=True)
-        if not self.trainer.sanity_checking:
-            self.val_f1_best = max(self.val_f1_best, scores.f1)
-        self.log("val/f1_best", max(self.val_f1_best, 0.0), sync_dist=True, prog_bar=True)
+        self.track_best(scores.f1)
 
     def on_test_epoch_end(self) -> None:
-        records = self._gather(self._records["test"])
-        self._records["test"] = []
-        scores = self._scores(records)
+        records = self._records.collect("test", self)
+        scores = record_scores(records, self.tags, self.scheme)
         if scores.support == 0:
             log.warning("the test data holds no gold entities: precision, recall and F1 are 0 by convention")
         self.test_scores = scores
@@ -237,7 +223,7 @@ class Tagger(pl.LightningModule):
             directory = self._report_directory()
             if directory is not None:
                 paths = write_report(scores, directory, prefix=self.report_prefix)
-                write_tag_rows(self._tag_rows(records), directory, prefix=self.report_prefix)
+                write_tag_rows(tag_rows(records, self.tags), directory, prefix=self.report_prefix)
                 log.info("test report written to %s", paths[0])
 
     def _report_directory(self) -> str | None:
@@ -245,172 +231,10 @@ class Tagger(pl.LightningModule):
             return self.report_dir
         return self.trainer.log_dir or self.trainer.default_root_dir
 
-    def _epoch_scores(self, stage: str) -> SpanScores:
-        records = self._gather(self._records[stage])
-        self._records[stage] = []
-        return self._scores(records)
-
-    def _tag_rows(self, records: list[Record]) -> list[tuple[int, list[str], list[str]]]:
-        """``(dataset index, gold tags, predicted tags)`` per sentence, in dataset order."""
-        return [(index, [self.tags[t] for t in gold], [self.tags[t] for t in pred]) for index, gold, pred in records]
-
-    def _scores(self, records: list[Record]) -> SpanScores:
-        rows = self._tag_rows(records)
-        return span_scores([gold for _, gold, _ in rows], [pred for _, _, pred in rows], self.scheme)
-
-    def _gather(self, records: list[Record]) -> list[Record]:
-        """All ranks' records, deduplicated by dataset index and sorted by it.
-
-        Under DDP the lists are padded into tensors of one shape (``all_gather`` needs equal
-        shapes on every rank) and unpadded afterwards; the distributed sampler repeats a few
-        sentences to even out the ranks, hence the deduplication.
-        """
-        if self._trainer is not None and self.trainer.world_size > 1:
-            size = torch.tensor([len(records), max((len(r[1]) for r in records), default=0)], device=self.device)
-            sizes = self.all_gather(size).reshape(-1, 2)  # [world, 2]
-            padded = pad_records(records, int(sizes[:, 0].max()), int(sizes[:, 1].max()), self.device)
-            gathered = [self.all_gather(tensor) for tensor in padded]  # each [world, rows, ...]
-            records = unpad_records(*gathered)
-        return dedupe_records(records)
-
     # ------------------------------------------------------------------ optimisation
 
     def configure_optimizers(self) -> Any:
         return configure_optimizers(self, self.optimizer_config, self.scheduler_config)
-
-    def on_train_start(self) -> None:
-        if not self.full_batch:
-            return
-        if self.trainer.world_size > 1:
-            raise RuntimeError("full-batch L-BFGS runs on one device; use devices=1 (or adam/sgd for DDP)")
-        batches = self.trainer.num_training_batches
-        if batches > 1 and not self._warned_extra_batches:
-            self._warned_extra_batches = True
-            log.warning(
-                "full-batch L-BFGS reads the whole training set itself (once) and ignores the %s"
-                " loader batches of each epoch: set trainer.limit_train_batches=1 to skip reading them",
-                batches,
-            )
-
-    # ------------------------------------------------------------------ full-batch L-BFGS
-
-    def full_batch_chunks(self, max_tokens: int | None = None) -> list[dict[str, Any]]:
-        """The whole training set as padded batches on the model's device, built once.
-
-        Read from the trainer's training loader (its dataset and collate function), sentences
-        sorted by length and cut into chunks of at most ``max_tokens`` padded tokens
-        (``optimizer.chunk_tokens``; default :meth:`default_chunk_tokens`) so that padding stays
-        small and memory bounded.
-        """
-        if self._chunks is not None:
-            return self._chunks
-        loader = self.trainer.train_dataloader
-        dataset, collate = getattr(loader, "dataset", None), getattr(loader, "collate_fn", None)
-        if dataset is None or collate is None or not hasattr(dataset, "__len__"):
-            raise TypeError("full-batch L-BFGS needs a training DataLoader over a map-style dataset")
-        budget = int(max_tokens or self.optimizer_config.get("chunk_tokens") or self.default_chunk_tokens())
-        size = len(dataset)
-        lengths = getattr(dataset, "lengths", None)
-        chunks = []
-        for group in length_sorted_chunks(lengths if lengths is not None else [1] * size, budget):
-            batch = collate([dataset[i] for i in group])
-            chunks.append(
-                {
-                    "tags": batch["tags"].to(self.device),
-                    "mask": batch["mask"].to(self.device),
-                    "inputs": {key: value.to(self.device) for key, value in batch["inputs"].items()},
-                }
-            )
-        self._chunks = chunks
-        tokens = sum(int(chunk["mask"].sum()) for chunk in chunks)
-        log.info("full-batch L-BFGS: %d training sentences, %d tokens in %d chunks", size, tokens, len(chunks))
-        return chunks
-
-    def default_chunk_tokens(self) -> int:
-        """Padded tokens per full-batch chunk when ``optimizer.chunk_tokens`` is null: 20000, and
-        fewer where a token holds many scores, so that a chunk's tensors stay small. Pair emissions
-        ((L + 1) L scores per token): as many tokens as fit 1.5M scores; a second-order CRF (L^3
-        moves per token): 10M, at most 20000. Both are also faster on CPU than larger chunks
-        (``scripts/bench_full_batch_chunks.py``, docs/benchmarks.md); a second-order CRF over 23
-        tags in 20000-token chunks grew to 19 GB on CoNLL-2000."""
-        num_tags = len(self.tags)
-        if self.encoder.emits_pairs:
-            return max(256, 1_500_000 // ((num_tags + 1) * num_tags))
-        if isinstance(self.head, SecondOrderCRF):
-            return min(20000, max(256, 10_000_000 // num_tags**3))
-        return 20000
-
-    def full_batch_objective(self) -> Tensor:
-        """Zero the gradients, then accumulate the gradient of the whole training objective
-        (summed NLL over every chunk + prior); returns its value (detached)."""
-        for param in self.parameters():  # dense gradients to accumulate into (also sparse ones)
-            if param.requires_grad and param.grad is None:
-                param.grad = torch.zeros_like(param)
-        self.zero_grad(set_to_none=False)
-        total = torch.zeros((), device=self.device, dtype=torch.float64)
-        sparse = getattr(self.encoder, "sparse_gradients", None)
-        if sparse is not None:
-            self.encoder.sparse_gradients = True
-        try:
-            for chunk in self.full_batch_chunks():
-                loss = self.head(self._emissions(chunk), chunk["tags"], chunk["mask"], reduction="sum")
-                self.manual_backward(loss)
-                total += loss.detach().double()
-        finally:
-            if sparse is not None:
-                self.encoder.sparse_gradients = sparse
-        penalty = self.regularizer()
-        if penalty is not None:
-            self.manual_backward(penalty)
-            total += penalty.detach().double()
-        return total
-
-    def _full_batch_step(self, batch_idx: int) -> None:
-        if batch_idx > 0:  # the whole set went through at batch 0 (see on_train_start)
-            return
-        optimizer = self.optimizers()
-        raw = optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer
-        optimizer.step(closure=self.full_batch_objective)
-        if isinstance(raw, FullBatchLBFGS) and raw.history:
-            summary = raw.summary()
-            record = raw.history[-1]
-            self.log("train/loss", record["objective"], on_step=False, on_epoch=True, prog_bar=True, batch_size=1)
-            self.log("train/objective", record["objective"], on_step=False, on_epoch=True, batch_size=1)
-            self.log("train/lbfgs_iterations", float(raw.iterations), on_step=False, on_epoch=True, batch_size=1)
-            self.log("train/lbfgs_converged", float(raw.converged), on_step=False, on_epoch=True, batch_size=1)
-            self.log("train/lbfgs_seconds_per_iteration", float(summary["seconds_per_iteration"]),
-                     on_step=False, on_epoch=True, batch_size=1)
-            if raw.finished:
-                self.trainer.should_stop = True
-        return
-
-    def on_train_end(self) -> None:
-        if not self.full_batch or not self.trainer.optimizers:
-            return
-        raw = self.trainer.optimizers[0]
-        if not isinstance(raw, FullBatchLBFGS):
-            return
-        self.lbfgs_summary = raw.summary()
-        last = raw.history[-1] if raw.history else {}
-        if raw.converged:
-            log.info("L-BFGS converged after %d iterations (%s)", raw.iterations, raw.reason)
-            return
-        why = raw.reason if raw.finished else "the trainer stopped it: max_epochs or a callback"
-        message = (
-            f"L-BFGS did NOT converge: stopped after {raw.iterations} iterations ({why});"
-            f" last relative objective change {last.get('relative_change', float('nan')):.3g}"
-            f" (tolerance {raw.tolerance_change:g}), gradient norm {last.get('grad_norm', float('nan')):.3g};"
-            " the weights are not the optimum of the objective: raise optimizer.max_iterations"
-            " / trainer.max_epochs (train/lbfgs_converged = 0)"
-        )
-        log.warning(message)
-        warnings.warn(message, LBFGSNotConvergedWarning, stacklevel=2)
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["neurocrf"] = {"val_f1_best": float(self.val_f1_best)}
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.val_f1_best = float(checkpoint.get("neurocrf", {}).get("val_f1_best", 0.0))
 
     # ------------------------------------------------------------------ inference
 
@@ -484,21 +308,3 @@ class Tagger(pl.LightningModule):
             self.train(was_training)
         return results  # type: ignore[return-value]
 
-
-def length_sorted_chunks(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Indices of ``lengths`` sorted by length (stable) and cut into groups whose padded size
-    (longest length x group size) is at most ``budget`` tokens; an item longer than the budget
-    is a group of its own."""
-    groups: list[list[int]] = []
-    current: list[int] = []
-    width = 0
-    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
-        length = lengths[index]
-        if current and max(width, length) * (len(current) + 1) > budget:
-            groups.append(current)
-            current, width = [], 0
-        current.append(index)
-        width = max(width, length)
-    if current:
-        groups.append(current)
-    return groups
