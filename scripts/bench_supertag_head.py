@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from neurocrf.models.supertag_head import FACTORS, build_supertag_head
-from neurocrf.models.weight_averaging import EMAWeights
+from neurocrf.models.callbacks import EMAWeights
 
 
 def synthetic_supertags(count: int, seed: int = 0) -> list[str]:

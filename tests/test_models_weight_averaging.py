@@ -12,7 +12,7 @@ from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from neurocrf.models.weight_averaging import EMAWeights
+from neurocrf.models.callbacks import EMAWeights
 
 
 class Regression(pl.LightningModule):

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import hydra
 import pytorch_lightning as pl
-import torch
 from omegaconf import DictConfig
 
 from neurocrf.values import to_plain
@@ -99,65 +97,6 @@ def set_seed(seed: int | None) -> None:
     """Seed python, numpy and torch (all devices) when ``seed`` is not None."""
     if seed is not None:
         pl.seed_everything(int(seed), workers=True)
-
-
-class EpochSeed(pl.Callback):
-    """Make every training epoch depend only on ``(seed, epoch)`` and the weights, so that a run
-    resumed from an end-of-epoch checkpoint continues exactly as one that never stopped.
-
-    Lightning checkpoints hold no random states, and on resume Lightning creates the first
-    training iterator earlier than in an uninterrupted run. So, at each epoch start, every
-    sampler of the training loader gets ``set_epoch(epoch)`` (Lightning itself only reaches
-    ``loader.sampler`` and ``loader.batch_sampler.sampler``, not a custom batch sampler) and every
-    ``torch.Generator`` they hold is reseeded with ``seed + epoch``; python, numpy and torch are
-    reseeded with ``seed + epoch`` right before the epoch's first training batch (dropout masks).
-    """
-
-    def __init__(self, seed: int | None) -> None:
-        self.seed = seed
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.seed is None:
-            return
-        epoch = int(trainer.current_epoch)
-        for sampler in _samplers(trainer.train_dataloader):
-            if callable(getattr(sampler, "set_epoch", None)):
-                sampler.set_epoch(epoch)
-            generator = getattr(sampler, "generator", None)
-            if isinstance(generator, torch.Generator):
-                generator.manual_seed(int(self.seed) + epoch)
-        _seed_all(int(self.seed) + epoch)
-
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
-        if self.seed is not None and batch_idx == 0:
-            _seed_all(int(self.seed) + int(trainer.current_epoch))
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed % 2**32)
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
-
-
-def _samplers(loader: Any) -> list[Any]:
-    """The sampler objects reachable from a loader (``sampler``, ``batch_sampler``, nested)."""
-    found: list[Any] = []
-    seen: set[int] = set()
-    stack = list(loader) if isinstance(loader, (list, tuple)) else [loader]
-    while stack:
-        item = stack.pop()
-        if item is None or id(item) in seen:
-            continue
-        seen.add(id(item))
-        if item is not loader:
-            found.append(item)
-        stack.extend(getattr(item, attr, None) for attr in ("sampler", "batch_sampler"))
-    return found
 
 
 def log_config(loggers: list[Any], cfg: DictConfig, extra: Mapping[str, Any] | None = None) -> None:
