@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                                **summary(transitions[mask])}
         optimizer = checkpoint["hyper_parameters"].get("optimizer", {})
         row.update(lr=optimizer.get("lr"), head_lr=optimizer.get("head_lr"), steps=checkpoint.get("global_step"))
-        callback = next((v for k, v in checkpoint.get("callbacks", {}).items() if "ModelCheckpoint" in k), None)
+        # the checkpoint callback's state (ModelCheckpoint or its subclass BestCheckpoint)
+        callback = next((v for v in checkpoint.get("callbacks", {}).values() if "best_model_score" in v), None)
         if callback and callback.get("best_model_score") is not None:
             row["best_dev_f1"] = float(callback["best_model_score"])
         if args.initial:

@@ -20,7 +20,7 @@ from neurocrf.encoders.clusters import (
     read_paths_file,
     write_paths_file,
 )
-from neurocrf.encoders.features import FEATURE_SETS
+from neurocrf.encoders.templates import FEATURE_SETS
 
 CLUSTERS = {"paris": "0101", "london": "0100", "is": "11", "Is": "10"}
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from neurocrf.encoders import build_encoder, build_vocabularies, extract_features
-from neurocrf.encoders.features import FEATURE_SETS, normalise, short_shape, word_shape
+from neurocrf.encoders.templates import FEATURE_SETS, normalise, short_shape, word_shape
 
 SENTENCE = ["EU", "rejects", "Sept-12"]
 

@@ -25,12 +25,12 @@ from neurocrf.data.conll import Sentence
 from neurocrf.data.datamodule import SequenceDataModule
 from neurocrf.data.sample import ensure_sample_corpus, generate_sample_corpus
 from neurocrf.encoders import build_encoder, build_vocabularies, extract_features
+from neurocrf.models.full_batch import LBFGSNotConvergedWarning
 from neurocrf.models.lbfgs import (
     FullBatchLBFGS,
     crfsuite_c2_to_sigma2,
     sigma2_to_crfsuite_c2,
 )
-from neurocrf.models.full_batch import LBFGSNotConvergedWarning
 from neurocrf.models.tagger import Tagger
 from neurocrf.structs import build_crf
 from neurocrf.values import to_plain

@@ -18,8 +18,9 @@ from neurocrf.structs import (
     SecondOrderCRF,
     allowed_transitions,
     build_crf,
+    exp_scan,
+    fast_first_order,
 )
-from neurocrf.structs import exp_scan, fast_first_order
 from neurocrf.structs.constraints import split_tag
 
 NEG_INF = float("-inf")

@@ -11,8 +11,10 @@ from neurocrf.structs import (
     SecondOrderCRF,
     allowed_transitions,
     build_crf,
+    chain,
+    exp_scan,
+    fast_first_order,
 )
-from neurocrf.structs import chain, exp_scan, fast_first_order
 from neurocrf.structs.chain import Chain
 
 IOB2_TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from neurocrf.encoders.base import Encoder
-from neurocrf.encoders.features import extract_features
+from neurocrf.encoders.templates import extract_features
 from neurocrf.values import to_plain
 
 ENCODERS = ("bilstm", "transformer", "features")

@@ -21,7 +21,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from neurocrf.encoders.base import PAD, UNK, Encoder, Lookup, counted_vocabulary, find_word, sentence_mask, with_defaults
+from neurocrf.encoders.base import (
+    PAD,
+    UNK,
+    Encoder,
+    Lookup,
+    counted_vocabulary,
+    find_word,
+    sentence_mask,
+    with_defaults,
+)
 from neurocrf.encoders.chars import CHAR_KINDS, Dropout, build_char_encoder, char_ids, run_lstm
 from neurocrf.encoders.vectors import load_vectors, match_rows
 

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from neurocrf.structs.semiring import NEG_INF
 
+
 def augment(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
              ) -> tuple[Tensor, Tensor, Tensor]:
     """Potentials with an absorbing END value on every component; emissions come out time-major

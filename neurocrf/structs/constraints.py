@@ -16,7 +16,6 @@ from torch import Tensor
 from neurocrf.conventions import OUTSIDE, SCHEMES
 
 
-
 @dataclass(frozen=True)
 class Constraints:
     """Allowed starts ``[L]``, transitions ``[L, L]`` (from, to) and ends ``[L]`` as bool tensors."""

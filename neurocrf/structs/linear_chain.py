@@ -10,7 +10,6 @@ from neurocrf.structs.constraints import Constraints
 from neurocrf.structs.semiring import NEG_INF
 
 
-
 def _masked(param: Tensor, allowed: Tensor | None, dtype: torch.dtype) -> Tensor:
     param = param.to(dtype)
     return param if allowed is None else param.masked_fill(~allowed, NEG_INF)

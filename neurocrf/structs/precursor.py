@@ -30,7 +30,6 @@ from neurocrf.structs.constraints import OUTSIDE, allowed_transitions, split_tag
 from neurocrf.structs.semiring import NEG_INF
 
 
-
 class PrecursorInducedCRF(ChainCRF):
     """CRF over tags with O states that remember the preceding entity.
 

@@ -19,7 +19,6 @@ from neurocrf.structs.constraints import Constraints
 from neurocrf.structs.semiring import NEG_INF
 
 
-
 class SecondOrderCRF(ChainCRF):
     """Second-order CRF over ``num_tags`` labels.
 
