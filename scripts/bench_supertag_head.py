@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from neurocrf.models.supertag_head import FACTORS, build_supertag_head
+from neurocrf.supertagging.heads import FACTORS, build_supertag_head
 from neurocrf.models.weight_averaging import EMAWeights
 
 

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 def extract(cfg: DictConfig) -> dict[str, Any]:
     """Write the supertag corpus of ``cfg.treebank`` into ``cfg.output_dir``; returns the stats."""
-    from neurocrf.models.supertag_data import (
+    from neurocrf.supertagging.data import (
         SPLITS,
         corpus_statistics,
         load_treebank,

@@ -12,11 +12,11 @@ renormalised over the k, and a preterminal) -> :class:`neurocrf.parsing.parser.P
 discbracket trees (``NOPARSE`` fallback trees where the supertags do not combine). With
 ``oracle=true`` the gold supertags and preterminals of the treebank (weight 0, k=1) replace the
 supertagger: an upper bound that also checks the extraction -> parsing -> restoring path.
-A list of checkpoints is an ensemble (:class:`neurocrf.models.supertag_ensemble.SupertaggerEnsemble`):
+A list of checkpoints is an ensemble (:class:`neurocrf.supertagging.ensemble.SupertaggerEnsemble`):
 the parser gets the k best of the members' mean supertag distribution.
 ``save_tags=<file>`` writes the tagger's distributions (the ``save_tags_n`` best supertags per
 token) and ``tags=<file or list>`` parses from such files instead of a model, mixing several like
-an ensemble (:mod:`neurocrf.models.supertag_cache`): tag once, then parse at any ``k``.
+an ensemble (:mod:`neurocrf.supertagging.saved_tags`): tag once, then parse at any ``k``.
 ``fallback_k=<n>`` (50 in ``configs/parse.yaml``; ``null`` is the paper's setting) parses
 sentences whose k best supertags do not combine once more with their n best.
 
@@ -83,7 +83,7 @@ def parse_candidates(parser: Parser, ids: Sequence[str], words: Sequence[Sequenc
 def tag_and_parse(model: Any, ids: Sequence[str], words: Sequence[Sequence[str]], *, k: int = 10,
                   time_limit: float | None = 5.0, max_items: int | None = 1_000_000,
                   batch_size: int = 64, fallback_k: int | None = None) -> ParseRun:
-    """Supertag ``words`` with ``model`` (a :class:`~neurocrf.models.supertagger.Supertagger`) and
+    """Supertag ``words`` with ``model`` (a :class:`~neurocrf.supertagging.supertagger.Supertagger`) and
     parse; tagging and parsing are timed separately.
 
     ``fallback_k`` (> k): sentences whose ``k`` best supertags do not combine are parsed once
@@ -120,7 +120,7 @@ def oracle_parse(gold: Sequence[TreebankSentence], roots: Sequence[str], *, move
                  h: int = 0, v: int = 1, time_limit: float | None = 5.0,
                  max_items: int | None = 1_000_000) -> ParseRun:
     """Parse ``gold`` from its own supertags and preterminals (weight 0, k = 1)."""
-    from neurocrf.models.supertag_data import supertag_corpus
+    from neurocrf.supertagging.data import supertag_corpus
 
     corpus, _ = supertag_corpus(gold, move_punctuation=move_punctuation, h=h, v=v)
     parser = Parser(roots, k=1, time_limit=time_limit, max_items=max_items)
@@ -255,7 +255,7 @@ def select_split(splits: Mapping[str, list[TreebankSentence]], split: str) -> li
 
 def gold_split(treebank: Mapping[str, Any], split: str) -> list[TreebankSentence]:
     """Sentences of ``split`` (train/dev/test, or ``all``) of a treebank config."""
-    from neurocrf.models.supertag_data import load_treebank
+    from neurocrf.supertagging.data import load_treebank
 
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -268,8 +268,8 @@ def load_tagger(cfg: DictConfig, ids: Sequence[str], words: Sequence[Sequence[st
     and parsed from; returns the tagger and the seconds that took (0 otherwise)."""
     import torch
 
-    from neurocrf.models.supertag_cache import SavedSupertags, tag_distributions, tag_file_header, write_tag_file
-    from neurocrf.models.supertag_ensemble import load_supertagger
+    from neurocrf.supertagging.saved_tags import SavedSupertags, tag_distributions, tag_file_header, write_tag_file
+    from neurocrf.supertagging.ensemble import load_supertagger
 
     if cfg.get("tags"):
         return SavedSupertags.read(to_plain(cfg.tags)), 0.0
@@ -288,7 +288,7 @@ def load_tagger(cfg: DictConfig, ids: Sequence[str], words: Sequence[Sequence[st
 
 def parse(cfg: DictConfig) -> dict[str, Any]:
     """Run the parse described by ``cfg``; returns the report (with ``output`` paths)."""
-    from neurocrf.models.supertag_data import (
+    from neurocrf.supertagging.data import (
         load_treebank,
         supertag_corpus,
         treebank_options,

@@ -1,4 +1,4 @@
-"""neurocrf.models: the Lightning tagger (and supertagger), its metrics, optimizers and prediction objects.
+"""neurocrf.models: the Lightning tagger, its heads, metrics, optimizers and prediction objects.
 
 >>> from neurocrf.models import Tagger                                      # doctest: +SKIP
 >>> Tagger.load("last.ckpt").predict(["Peter lives in Berlin"])[0].spans    # doctest: +SKIP
@@ -9,9 +9,6 @@ from typing import Any
 
 _LAZY = {
     "Tagger": "neurocrf.models.tagger",
-    "Supertagger": "neurocrf.models.supertagger",
-    "KBestTags": "neurocrf.models.supertagger",
-    "SupertagDataModule": "neurocrf.models.supertag_data",
     "SoftmaxHead": "neurocrf.models.heads",
     "build_head": "neurocrf.models.heads",
     "Prediction": "neurocrf.models.prediction",

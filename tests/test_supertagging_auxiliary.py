@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from neurocrf.cli.supertag_train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.encoders import build_vocabularies
-from neurocrf.models.supertag_data import SupertagDataModule, write_sample_treebank
-from neurocrf.models.supertagger import Supertagger
+from neurocrf.supertagging.data import SupertagDataModule, write_sample_treebank
+from neurocrf.supertagging.supertagger import Supertagger
 from neurocrf.parsing import read_treebank
 from neurocrf.parsing.tree import Tree, TreebankSentence
 

@@ -1,4 +1,4 @@
-"""Saved supertagger output (neurocrf.models.supertag_cache): the distributions a model computes,
+"""Saved supertagger output (neurocrf.supertagging.saved_tags): the distributions a model computes,
 written and read back, give the model's own k-best lists; several files mix like an ensemble of
 the models; truncation, lookup and file errors."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from neurocrf.models.supertag_cache import (
+from neurocrf.supertagging.saved_tags import (
     SavedSupertags,
     TagDistribution,
     read_tag_file,
@@ -20,9 +20,9 @@ from neurocrf.models.supertag_cache import (
     tag_file_header,
     write_tag_file,
 )
-from neurocrf.models.supertag_data import SupertagDataModule, write_sample_treebank
-from neurocrf.models.supertag_ensemble import SupertaggerEnsemble
-from neurocrf.models.supertagger import KBestTags, Supertagger
+from neurocrf.supertagging.data import SupertagDataModule, write_sample_treebank
+from neurocrf.supertagging.ensemble import SupertaggerEnsemble
+from neurocrf.supertagging.supertagger import KBestTags, Supertagger
 from neurocrf.encoders import build_vocabularies
 
 TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}

@@ -10,7 +10,7 @@ parsing time only::
     neurocrf-parse ckpt_path=seed2.ckpt treebank=alpino split=dev save_tags=seed2.dev.jsonl.gz
     neurocrf-parse tags='[seed1.dev.jsonl.gz,seed2.dev.jsonl.gz]' treebank=alpino split=dev k=20
 
-Several files are mixed as :class:`~neurocrf.models.supertag_ensemble.SupertaggerEnsemble`
+Several files are mixed as :class:`~neurocrf.supertagging.ensemble.SupertaggerEnsemble`
 mixes models: per token, the mean of the members' probabilities. A supertag outside a member's
 saved ``n`` counts as probability 0 from that member, so the mixture is exact where every member
 saved all supertags and otherwise off by less than the ``n``-th probability of a member.
@@ -35,8 +35,8 @@ from typing import IO, Any
 import torch
 from torch import Tensor
 
-from neurocrf.models.supertag_ensemble import union_labels
-from neurocrf.models.supertagger import KBestTags
+from neurocrf.supertagging.ensemble import union_labels
+from neurocrf.supertagging.supertagger import KBestTags
 
 __all__ = ["FORMAT", "TagDistribution", "SavedSupertags", "tag_distributions", "tag_file_header",
            "write_tag_file", "read_tag_file"]
@@ -68,7 +68,7 @@ def tag_distributions(tagger: Any, ids: Sequence[str], sentences: Sequence[Seque
                       batch_size: int = 64) -> list[TagDistribution]:
     """The ``n`` best supertags and all preterminals of every token, with log-probabilities,
     from anything with ``batch_log_probs``, ``supertags`` and ``preterminals`` (a
-    :class:`~neurocrf.models.supertagger.Supertagger` or an ensemble). One entry per sentence, in
+    :class:`~neurocrf.supertagging.supertagger.Supertagger` or an ensemble). One entry per sentence, in
     input order; an empty sentence gets ``[0, 0]`` tensors."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -222,7 +222,7 @@ class SavedSupertags:
 
     def predict_kbest(self, sentences: Sequence[Sequence[str] | str], k: int = 10,
                       batch_size: int = 64) -> list[KBestTags]:
-        """As :meth:`~neurocrf.models.supertagger.Supertagger.predict_kbest`, from the saved
+        """As :meth:`~neurocrf.supertagging.supertagger.Supertagger.predict_kbest`, from the saved
         distributions (``batch_size`` is not used). Raises ValueError for a sentence that a
         member file does not hold, or for ``k`` above the ``n`` a member saved."""
         if k < 1:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from neurocrf.data.conll import ConllFormatError
 from neurocrf.encoders import build_vocabularies
-from neurocrf.models.supertag_data import (
+from neurocrf.supertagging.data import (
     SupertagDataModule,
     corpus_statistics,
     load_treebank,
@@ -22,8 +22,8 @@ from neurocrf.models.supertag_data import (
     write_sample_treebank,
     write_supertag_corpus,
 )
-from neurocrf.models.supertag_ensemble import SupertaggerEnsemble, load_supertagger
-from neurocrf.models.supertagger import KBestTags, Supertagger
+from neurocrf.supertagging.ensemble import SupertaggerEnsemble, load_supertagger
+from neurocrf.supertagging.supertagger import KBestTags, Supertagger
 from neurocrf.parsing import read_treebank
 from neurocrf.parsing.supertags import supertags_to_tree
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from neurocrf.models.supertagger import KBestTags, Supertagger, predict_kbest
+from neurocrf.supertagging.supertagger import KBestTags, Supertagger, predict_kbest
 
 
 class SupertaggerEnsemble:

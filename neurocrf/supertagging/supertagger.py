@@ -46,9 +46,9 @@ from torch import Tensor, nn
 
 from neurocrf.encoders import build_encoder
 from neurocrf.models.optim import configure_optimizers
-from neurocrf.models.supertag_head import build_supertag_head
 from neurocrf.models.tagger import plain
 from neurocrf.parsing.parser import Parser, candidates_from_topk
+from neurocrf.supertagging.heads import build_supertag_head
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Supertagger(pl.LightningModule):
         optimizer, scheduler: see :mod:`neurocrf.models.optim`.
         heads: ``dropout`` before the projections (default 0.2), ``pos_weight`` of the
             preterminal loss (default 1.0), ``factors``: supertag parts whose output vectors are
-            shared (:mod:`neurocrf.models.supertag_head`; default none, a plain linear head),
+            shared (:mod:`neurocrf.supertagging.heads`; default none, a plain linear head),
             ``auxiliary``: annotation name -> loss weight of an auxiliary head (default none),
             ``distill``: weight of the teacher's distribution in the supertag loss (default 0).
         auxiliary_labels: annotation name -> its labels (ids index them), one entry per name in

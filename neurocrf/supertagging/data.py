@@ -265,11 +265,11 @@ def teacher_distributions(paths: Sequence[str], corpus: Sequence[SupertagSentenc
                           supertags: Sequence[str]) -> list[tuple[Tensor, Tensor]]:
     """A teacher's supertag distributions over ``corpus``, for knowledge distillation.
 
-    ``paths``: tag files (:mod:`neurocrf.models.supertag_cache`) holding every sentence of
+    ``paths``: tag files (:mod:`neurocrf.supertagging.saved_tags`) holding every sentence of
     ``corpus``; several are mixed like an ensemble. Per sentence: ids into ``supertags`` ``[T, n]``
     and their probabilities ``[T, n]`` (the teacher's ``n`` best, tags the student does not have
     dropped, renormalised to sum to 1; padding id -1, probability 0)."""
-    from neurocrf.models.supertag_cache import SavedSupertags
+    from neurocrf.supertagging.saved_tags import SavedSupertags
 
     teacher = SavedSupertags.read(list(paths))
     n = teacher.max_k
