@@ -27,8 +27,8 @@ if str(ROOT) not in sys.path:
 
 from neurocrf.cli.parse import gold_split, summarize, tag_and_parse
 from neurocrf.cli.utils import compose_task_config, to_plain
-from neurocrf.supertagging.saved_tags import SavedSupertags
 from neurocrf.supertagging.data import supertag_corpus
+from neurocrf.supertagging.saved_tags import SavedSupertags
 
 
 class Split:

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 from neurocrf.data.conll import ConllFormatError
 from neurocrf.encoders import build_vocabularies
+from neurocrf.parsing import read_treebank
+from neurocrf.parsing.supertags import supertags_to_tree
 from neurocrf.supertagging.data import (
     SupertagDataModule,
     corpus_statistics,
@@ -23,9 +25,8 @@ from neurocrf.supertagging.data import (
     write_supertag_corpus,
 )
 from neurocrf.supertagging.ensemble import SupertaggerEnsemble, load_supertagger
-from neurocrf.supertagging.supertagger import KBestTags, Supertagger
-from neurocrf.parsing import read_treebank
-from neurocrf.parsing.supertags import supertags_to_tree
+from neurocrf.supertagging.source import KBestTags
+from neurocrf.supertagging.supertagger import Supertagger
 
 TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}
 

@@ -268,8 +268,13 @@ def load_tagger(cfg: DictConfig, ids: Sequence[str], words: Sequence[Sequence[st
     and parsed from; returns the tagger and the seconds that took (0 otherwise)."""
     import torch
 
-    from neurocrf.supertagging.saved_tags import SavedSupertags, tag_distributions, tag_file_header, write_tag_file
     from neurocrf.supertagging.ensemble import load_supertagger
+    from neurocrf.supertagging.saved_tags import (
+        SavedSupertags,
+        tag_distributions,
+        tag_file_header,
+        write_tag_file,
+    )
 
     if cfg.get("tags"):
         return SavedSupertags.read(to_plain(cfg.tags)), 0.0

@@ -17,7 +17,7 @@ from typing import Any
 
 _LAZY = {
     "Supertagger": "neurocrf.supertagging.supertagger",
-    "KBestTags": "neurocrf.supertagging.supertagger",
+    "KBestTags": "neurocrf.supertagging.source",
     "SupertagDataModule": "neurocrf.supertagging.data",
     "SupertaggerEnsemble": "neurocrf.supertagging.ensemble",
     "SavedSupertags": "neurocrf.supertagging.saved_tags",

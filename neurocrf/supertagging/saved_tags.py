@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from neurocrf.supertagging.ensemble import union_labels
-from neurocrf.supertagging.supertagger import KBestTags
+from neurocrf.supertagging.source import KBestTags, SupertagScorer, SupertagSource
 
 __all__ = ["FORMAT", "TagDistribution", "SavedSupertags", "tag_distributions", "tag_file_header",
            "write_tag_file", "read_tag_file"]
@@ -64,12 +64,11 @@ class TagDistribution:
 
 
 @torch.no_grad()
-def tag_distributions(tagger: Any, ids: Sequence[str], sentences: Sequence[Sequence[str]], n: int = 50,
-                      batch_size: int = 64) -> list[TagDistribution]:
+def tag_distributions(tagger: SupertagScorer, ids: Sequence[str], sentences: Sequence[Sequence[str]],
+                      n: int = 50, batch_size: int = 64) -> list[TagDistribution]:
     """The ``n`` best supertags and all preterminals of every token, with log-probabilities,
-    from anything with ``batch_log_probs``, ``supertags`` and ``preterminals`` (a
-    :class:`~neurocrf.supertagging.supertagger.Supertagger` or an ensemble). One entry per sentence, in
-    input order; an empty sentence gets ``[0, 0]`` tensors."""
+    from a :class:`~neurocrf.supertagging.supertagger.Supertagger` or an ensemble. One entry per
+    sentence, in input order; an empty sentence gets ``[0, 0]`` tensors."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     n = min(n, len(tagger.supertags))
@@ -94,7 +93,7 @@ def _open(path: Path, mode: str) -> IO[str]:
     return open(path, mode, encoding="utf-8")
 
 
-def tag_file_header(tagger: Any, distributions: Sequence[TagDistribution], sources: Sequence[str] = ()) -> dict[str, Any]:
+def tag_file_header(tagger: SupertagSource, distributions: Sequence[TagDistribution], sources: Sequence[str] = ()) -> dict[str, Any]:
     """The header line of a tag file holding ``distributions`` computed by ``tagger``."""
     n = max((len(row) for d in distributions for row in d.supertags), default=0)
     return {"format": FORMAT, "version": VERSION, "supertags": list(tagger.supertags),
