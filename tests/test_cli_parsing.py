@@ -294,7 +294,7 @@ def test_select_ensemble_best_k_takes_the_best_dev_f1_and_the_first_on_a_tie() -
 
 
 def test_fallback_k_reparses_only_noparse_sentences() -> None:
-    from neurocrf.cli.parse import summarize, tag_and_parse
+    from neurocrf.supertagging.pipeline import summarize, tag_and_parse
     from neurocrf.supertagging.source import KBestTags
 
     class Stub:

@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 
 def evaluate_predictions(cfg: DictConfig) -> dict[str, Any]:
     """Read gold and predicted trees as configured and score them; returns the scores."""
-    from neurocrf.cli.parse import gold_split
     from neurocrf.parsing import evaluate, format_report, read_treebank
+    from neurocrf.supertagging.pipeline import gold_split
 
     if cfg.get("gold"):
         gold = read_treebank(cfg.gold, cfg.get("gold_format"))

@@ -115,7 +115,7 @@ def build_model(cfg: DictConfig, datamodule: Any, source: tuple[str, dict[str, A
 
 def final_parse(cfg: DictConfig, model: Any, datamodule: Any) -> dict[str, float]:
     """Parse ``cfg.final_parse.splits`` with ``model``; returns ``parse_<split>/<metric>`` floats."""
-    from neurocrf.cli.parse import summarize, tag_and_parse, write_run
+    from neurocrf.supertagging.pipeline import summarize, tag_and_parse, write_run
 
     settings = to_plain(cfg.get("final_parse")) or {}
     parsing = model.parsing

@@ -1,37 +1,26 @@
-"""Parse sentences with a trained supertagger and the k-best LCFRS parser (``configs/parse.yaml``).
+"""The parse pipeline: supertag -> parse (with a wider retry) -> summary -> report.
 
-    neurocrf-parse ckpt_path=.../best.ckpt input=sentences.txt          # one sentence per line
-    neurocrf-parse ckpt_path=.../best.ckpt treebank=alpino split=test   # parse + evaluate
-    neurocrf-parse oracle=true treebank=alpino split=test k=1           # gold supertags
-    neurocrf-parse ckpt_path='[a.ckpt,b.ckpt]' treebank=alpino           # ensemble of supertaggers
-    neurocrf-parse ckpt_path=a.ckpt treebank=alpino save_tags=a.jsonl.gz # also save the tagger output
-    neurocrf-parse tags='[a.jsonl.gz,b.jsonl.gz]' treebank=alpino k=20   # parse saved output (mixed)
+    source = load_supertagger("best.ckpt")                      # or an ensemble, or SavedSupertags
+    run = tag_and_parse(source, ids, words, k=10, fallback_k=50)
+    report = summarize(run, gold, gold_supertags=..., gold_preterminals=..., known_supertags=source.supertags)
+    write_run(run, report, "parse.discbracket")                  # trees + parse_report.{json,txt}
 
-Steps: tokens -> :meth:`Supertagger.predict_kbest` (k best supertags per token, weights
-renormalised over the k, and a preterminal) -> :class:`neurocrf.parsing.parser.Parser` ->
-discbracket trees (``NOPARSE`` fallback trees where the supertags do not combine). With
-``oracle=true`` the gold supertags and preterminals of the treebank (weight 0, k=1) replace the
-supertagger: an upper bound that also checks the extraction -> parsing -> restoring path.
-A list of checkpoints is an ensemble (:class:`neurocrf.supertagging.ensemble.SupertaggerEnsemble`):
-the parser gets the k best of the members' mean supertag distribution.
-``save_tags=<file>`` writes the tagger's distributions (the ``save_tags_n`` best supertags per
-token) and ``tags=<file or list>`` parses from such files instead of a model, mixing several like
-an ensemble (:mod:`neurocrf.supertagging.saved_tags`): tag once, then parse at any ``k``.
-``fallback_k=<n>`` (50 in ``configs/parse.yaml``; ``null`` is the paper's setting) parses
-sentences whose k best supertags do not combine once more with their n best.
+Steps: tokens -> :meth:`~neurocrf.supertagging.source.SupertagSource.predict_kbest` (k best
+supertags per token, weights renormalised over the k, and a preterminal) ->
+:class:`neurocrf.parsing.parser.Parser` -> trees (``NOPARSE`` fallback trees where the supertags
+do not combine). :func:`oracle_parse` puts the gold supertags and preterminals of a treebank
+(weight 0, k = 1) in place of the tagger: an upper bound that also checks the extraction ->
+parsing -> restoring path. The entry points ``neurocrf-parse`` and ``neurocrf-supertag`` and
+``scripts/select_ensemble.py`` run it.
 
-Writes ``<output>`` (discbracket as disco-dop reads it: ``tree<TAB>id`` per line) and
-``parse_report.json`` / ``parse_report.txt`` next to it: coverage (NOPARSE count), parser
-statuses, skipped (unknown or invalid) supertags, sentences per second of tagging and of parsing
-separately and together, and, for treebank input, F1 / Dis-F1 / POS accuracy / exact match and
-supertag accuracy.
+The report (:func:`summarize`) holds coverage (NOPARSE count), parser statuses, skipped (unknown
+or invalid) supertags, sentences per second of tagging and of parsing separately and together,
+and, with gold trees, F1 / Dis-F1 / POS accuracy / exact match and supertag accuracy.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -39,14 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hydra
-from omegaconf import DictConfig
-
-from neurocrf.cli.utils import CONFIG_DIR, to_plain
 from neurocrf.parsing.parser import Parser, ParseResult
 from neurocrf.parsing.tree import TreebankSentence
-
-log = logging.getLogger(__name__)
+from neurocrf.supertagging.source import KBestTags, SupertagSource
 
 SPLITS = ("train", "dev", "test", "all")
 
@@ -62,7 +46,7 @@ class ParseRun:
     tagging_seconds: float
     parsing_seconds: float
     k: int
-    kbest: list[Any] | None = None
+    kbest: list[KBestTags] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -80,11 +64,11 @@ def parse_candidates(parser: Parser, ids: Sequence[str], words: Sequence[Sequenc
     return predictions, results, time.perf_counter() - start
 
 
-def tag_and_parse(model: Any, ids: Sequence[str], words: Sequence[Sequence[str]], *, k: int = 10,
-                  time_limit: float | None = 5.0, max_items: int | None = 1_000_000,
+def tag_and_parse(source: SupertagSource, ids: Sequence[str], words: Sequence[Sequence[str]], *,
+                  k: int = 10, time_limit: float | None = 5.0, max_items: int | None = 1_000_000,
                   batch_size: int = 64, fallback_k: int | None = None) -> ParseRun:
-    """Supertag ``words`` with ``model`` (a :class:`~neurocrf.supertagging.supertagger.Supertagger`) and
-    parse; tagging and parsing are timed separately.
+    """Supertag ``words`` with ``source`` (a supertagger, an ensemble or saved tags) and parse
+    with its root labels; tagging and parsing are timed separately.
 
     ``fallback_k`` (> k): sentences whose ``k`` best supertags do not combine are parsed once
     more with their ``fallback_k`` best (an extension of the paper's setting; None: off);
@@ -93,16 +77,16 @@ def tag_and_parse(model: Any, ids: Sequence[str], words: Sequence[Sequence[str]]
     shifts every weight of a token by the same constant, so first attempts are unchanged."""
     wide = max(k, fallback_k or 0)
     start = time.perf_counter()
-    kbest = model.predict_kbest(words, k=wide, batch_size=batch_size)
+    kbest = source.predict_kbest(words, k=wide, batch_size=batch_size)
     tagging = time.perf_counter() - start
-    parser = Parser(model.roots, k=k, time_limit=time_limit, max_items=max_items)
+    parser = Parser(source.roots, k=k, time_limit=time_limit, max_items=max_items)
     candidates = [t.candidates for t in kbest]
     preterminals = [t.preterminals for t in kbest]
     predictions, results, parsing = parse_candidates(parser, ids, words, candidates, preterminals)
     extra: dict[str, Any] = {}
     if fallback_k and fallback_k > k:
         retry = [i for i, r in enumerate(results) if r.status == "noparse"]
-        wider = Parser(model.roots, k=fallback_k, time_limit=time_limit, max_items=max_items)
+        wider = Parser(source.roots, k=fallback_k, time_limit=time_limit, max_items=max_items)
         again, again_results, seconds = parse_candidates(
             wider, [ids[i] for i in retry], [words[i] for i in retry], [candidates[i] for i in retry],
             [preterminals[i] for i in retry])
@@ -120,14 +104,24 @@ def oracle_parse(gold: Sequence[TreebankSentence], roots: Sequence[str], *, move
                  h: int = 0, v: int = 1, time_limit: float | None = 5.0,
                  max_items: int | None = 1_000_000) -> ParseRun:
     """Parse ``gold`` from its own supertags and preterminals (weight 0, k = 1)."""
-    from neurocrf.supertagging.data import supertag_corpus
-
-    corpus, _ = supertag_corpus(gold, move_punctuation=move_punctuation, h=h, v=v)
+    supertags, preterminals = gold_tags(gold, {"move_punctuation": move_punctuation, "h": h, "v": v})
     parser = Parser(roots, k=1, time_limit=time_limit, max_items=max_items)
     predictions, results, parsing = parse_candidates(
         parser, [s.id for s in gold], [s.words for s in gold],
-        [[[(tag, 0.0)] for tag in s.supertags] for s in corpus], [s.preterminals for s in corpus])
+        [[[(tag, 0.0)] for tag in tags] for tags in supertags], preterminals)
     return ParseRun(predictions, results, 0.0, parsing, 1)
+
+
+def gold_tags(gold: Sequence[TreebankSentence],
+              transform: Mapping[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
+    """The gold supertags and preterminals of ``gold`` (per sentence, per token), its trees
+    prepared as ``transform`` says (``move_punctuation``, ``h``, ``v``: a source's
+    :attr:`~neurocrf.supertagging.source.SupertagSource.transform`)."""
+    from neurocrf.supertagging.data import supertag_corpus
+
+    corpus, _ = supertag_corpus(gold, move_punctuation=bool(transform.get("move_punctuation", True)),
+                                h=int(transform.get("h", 0)), v=int(transform.get("v", 1)))
+    return [s.supertags for s in corpus], [s.preterminals for s in corpus]
 
 
 def summarize(run: ParseRun, gold: Sequence[TreebankSentence] | None = None, *,
@@ -260,113 +254,3 @@ def gold_split(treebank: Mapping[str, Any], split: str) -> list[TreebankSentence
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     return select_split(load_treebank(treebank), split)
-
-
-def load_tagger(cfg: DictConfig, ids: Sequence[str], words: Sequence[Sequence[str]]) -> tuple[Any, float]:
-    """The supertagger of ``cfg``: saved tag files (``tags``), or the model(s) of ``ckpt_path``.
-    With ``save_tags``, the model's distributions over ``words`` are computed once, written there
-    and parsed from; returns the tagger and the seconds that took (0 otherwise)."""
-    import torch
-
-    from neurocrf.supertagging.ensemble import load_supertagger
-    from neurocrf.supertagging.saved_tags import (
-        SavedSupertags,
-        tag_distributions,
-        tag_file_header,
-        write_tag_file,
-    )
-
-    if cfg.get("tags"):
-        return SavedSupertags.read(to_plain(cfg.tags)), 0.0
-    checkpoints = to_plain(cfg.ckpt_path)
-    model = load_supertagger(checkpoints).to(torch.device(cfg.get("device", "cpu")))
-    if not cfg.get("save_tags"):
-        return model, 0.0
-    start = time.perf_counter()
-    n = max(int(cfg.get("save_tags_n", 50)), int(cfg.get("k", 10)), int(cfg.get("fallback_k") or 0))
-    distributions = tag_distributions(model, ids, words, n=n, batch_size=int(cfg.get("batch_size", 64)))
-    header = tag_file_header(model, distributions,
-                             [checkpoints] if isinstance(checkpoints, str) else list(checkpoints))
-    path = write_tag_file(cfg.save_tags, header, distributions)
-    return SavedSupertags([header], [distributions], [str(path)]), time.perf_counter() - start
-
-
-def parse(cfg: DictConfig) -> dict[str, Any]:
-    """Run the parse described by ``cfg``; returns the report (with ``output`` paths)."""
-    from neurocrf.supertagging.data import (
-        load_treebank,
-        supertag_corpus,
-        treebank_options,
-    )
-
-    k = int(cfg.get("k", 10))
-    time_limit = cfg.get("time_limit", 5.0)
-    max_items = cfg.get("max_items", 1_000_000)
-    split = cfg.get("split", "test")
-    options = treebank_options(to_plain(cfg.get("treebank"))) if cfg.get("treebank") else None
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    oracle = bool(cfg.get("oracle", False))
-    tag_files = to_plain(cfg.get("tags"))
-    if oracle and (cfg.get("input") or options is None):
-        raise ValueError("oracle=true needs gold trees: give treebank=<name> and split, not input")
-    sources = [name for name, given in (("ckpt_path", cfg.get("ckpt_path")), ("tags", tag_files),
-                                        ("oracle=true", oracle)) if given]
-    if not sources:
-        raise ValueError("ckpt_path is required (or tags=<saved tag files>, or oracle=true)")
-    if len(sources) > 1:
-        raise ValueError(f"give one of ckpt_path, tags and oracle=true, not {' and '.join(sources)}")
-    if cfg.get("save_tags") and not cfg.get("ckpt_path"):
-        raise ValueError("save_tags writes a model's output: it needs ckpt_path")
-    gold: list[TreebankSentence] | None = None
-    if cfg.get("input"):
-        ids, words = read_sentences(cfg.input)
-    elif options is not None:
-        splits = load_treebank(options)
-        gold = select_split(splits, split)
-        ids, words = [s.id for s in gold], [s.words for s in gold]
-    else:
-        raise ValueError("give input=<text file> or treebank=<name> (with split=...)")
-
-    if oracle:
-        assert gold is not None and options is not None
-        transform = {key: options[key] for key in ("move_punctuation", "h", "v")}
-        train_roots = supertag_corpus(splits["train"], **transform)[1]
-        run = oracle_parse(gold, sorted(train_roots), **transform, time_limit=time_limit,
-                           max_items=max_items)
-        report = summarize(run, gold, params=cfg.get("params"))
-    else:
-        tagger, saving_seconds = load_tagger(cfg, ids, words)
-        run = tag_and_parse(tagger, ids, words, k=k, time_limit=time_limit, max_items=max_items,
-                            batch_size=int(cfg.get("batch_size", 64)), fallback_k=cfg.get("fallback_k"))
-        run.tagging_seconds += saving_seconds
-        gold_tags = gold_pts = None
-        if gold is not None:
-            transform = tagger.transform
-            corpus, _ = supertag_corpus(gold, move_punctuation=bool(transform.get("move_punctuation", True)),
-                                        h=int(transform.get("h", 0)), v=int(transform.get("v", 1)))
-            gold_tags = [s.supertags for s in corpus]
-            gold_pts = [s.preterminals for s in corpus]
-        report = summarize(run, gold, params=cfg.get("params"), gold_supertags=gold_tags,
-                           gold_preterminals=gold_pts, known_supertags=tagger.supertags)
-        if tag_files:
-            report["tags"] = tag_files
-        if cfg.get("save_tags"):
-            report["saved_tags"] = str(cfg.save_tags)
-
-    output = cfg.get("output") or str(Path(cfg.paths.output_dir) / "parse.discbracket")
-    paths = write_run(run, report, output)
-    report["output"] = [str(p) for p in paths]
-    print(format_parse_report(report), end="")
-    print(f"trees: {paths[0]}\nreport: {paths[2]}", file=sys.stderr)
-    return report
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="parse")
-def main(cfg: DictConfig) -> float | None:
-    report = parse(cfg)
-    return report.get("f1")
-
-
-if __name__ == "__main__":
-    main()

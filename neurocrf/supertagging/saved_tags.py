@@ -38,8 +38,8 @@ from torch import Tensor
 from neurocrf.supertagging.ensemble import union_labels
 from neurocrf.supertagging.source import KBestTags, SupertagScorer, SupertagSource
 
-__all__ = ["FORMAT", "TagDistribution", "SavedSupertags", "tag_distributions", "tag_file_header",
-           "write_tag_file", "read_tag_file"]
+__all__ = ["FORMAT", "TagDistribution", "SavedSupertags", "tag_distributions", "tag_and_save",
+           "tag_file_header", "write_tag_file", "read_tag_file"]
 
 FORMAT = "neurocrf-supertag-distributions"
 VERSION = 1
@@ -85,6 +85,17 @@ def tag_distributions(tagger: SupertagScorer, ids: Sequence[str], sentences: Seq
                                      top_lp[b, :length].clone(), pt_ids[b, :length].clone(),
                                      pt_lp[b, :length].clone())
     return out
+
+
+def tag_and_save(tagger: SupertagScorer, path: str | Path, ids: Sequence[str], sentences: Sequence[Sequence[str]],
+                 *, n: int = 50, batch_size: int = 64, sources: Sequence[str] = ()) -> SavedSupertags:
+    """Compute ``tagger``'s distributions over ``sentences`` once (:func:`tag_distributions`),
+    write them to the tag file ``path`` with ``sources`` (its checkpoints) in the header, and
+    return them read as :class:`SavedSupertags`."""
+    distributions = tag_distributions(tagger, ids, sentences, n=n, batch_size=batch_size)
+    header = tag_file_header(tagger, distributions, sources)
+    path = write_tag_file(path, header, distributions)
+    return SavedSupertags([header], [distributions], [str(path)])
 
 
 def _open(path: Path, mode: str) -> IO[str]:

@@ -6,9 +6,9 @@ of the things that give them.
   :class:`~neurocrf.supertagging.supertagger.Supertagger`, a
   :class:`~neurocrf.supertagging.ensemble.SupertaggerEnsemble` or
   :class:`~neurocrf.supertagging.saved_tags.SavedSupertags`.
-- :class:`SupertagScorer`: a source that computes whole distributions for a batch
-  (:meth:`~SupertagScorer.batch_log_probs`): the model and the ensemble. :func:`predict_kbest`
-  turns any scorer into a source.
+- :class:`SupertagScorer`: a source that also computes whole distributions for a batch
+  (:meth:`~SupertagScorer.batch_log_probs`): the model and the ensemble, whose
+  ``predict_kbest`` is :func:`predict_kbest` over their own distributions.
 
 >>> import torch
 >>> class Uniform:
@@ -80,16 +80,9 @@ class SupertagSource(Protocol):
 
 
 @runtime_checkable
-class SupertagScorer(Protocol):
-    """Something that computes supertag and preterminal distributions for a batch of sentences."""
-
-    @property
-    def supertags(self) -> Sequence[str]:
-        """The supertags, in the order of the last score dimension."""
-
-    @property
-    def preterminals(self) -> Sequence[str]:
-        """The preterminals, in the order of the last score dimension."""
+class SupertagScorer(SupertagSource, Protocol):
+    """A source that computes whole supertag and preterminal distributions for a batch of
+    sentences (last score dimension in the order of ``supertags`` / ``preterminals``)."""
 
     def batch_log_probs(self, tokens: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor]:
         """Supertag ``[B, T, S]`` and preterminal ``[B, T, P]`` log-probabilities of non-empty
