@@ -26,7 +26,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from neurocrf.cli.utils import compose_task_config, to_plain
-from neurocrf.supertagging.pipeline import gold_split, gold_tags, summarize, tag_and_parse
+from neurocrf.parsing.treebank import load_split
+from neurocrf.supertagging.pipeline import gold_tags, summarize, tag_and_parse
 from neurocrf.supertagging.saved_tags import SavedSupertags
 
 
@@ -35,7 +36,7 @@ class Split:
 
     def __init__(self, treebank: dict, name: str) -> None:
         self.name = name
-        self.gold = gold_split(treebank, name)
+        self.gold = load_split(treebank, name)
         self.ids = [s.id for s in self.gold]
         self.words = [s.words for s in self.gold]
         self.scores: dict[tuple[tuple[str, ...], int], dict] = {}

@@ -20,7 +20,8 @@ from neurocrf.cli.parse_evaluate import evaluate_predictions
 from neurocrf.cli.supertag_train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.parsing import read_treebank
-from neurocrf.supertagging.data import load_treebank, read_supertag_corpus
+from neurocrf.parsing.treebank import load_treebank
+from neurocrf.supertagging.data import read_supertag_corpus
 from neurocrf.supertagging.heads import FactoredSupertagHead
 from neurocrf.supertagging.saved_tags import read_tag_file
 from neurocrf.supertagging.supertagger import Supertagger

@@ -15,7 +15,8 @@ from neurocrf.cli.utils import compose_task_config
 from neurocrf.encoders import build_vocabularies
 from neurocrf.parsing import read_treebank
 from neurocrf.parsing.tree import Tree, TreebankSentence
-from neurocrf.supertagging.data import SupertagDataModule, write_sample_treebank
+from neurocrf.parsing.treebank import write_sample_treebank
+from neurocrf.supertagging.data import SupertagDataModule
 from neurocrf.supertagging.supertagger import Supertagger
 
 TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from neurocrf.encoders import build_vocabularies
-from neurocrf.supertagging.data import SupertagDataModule, teacher_distributions, write_sample_treebank
+from neurocrf.parsing.treebank import write_sample_treebank
+from neurocrf.supertagging.data import SupertagDataModule, teacher_distributions
 from neurocrf.supertagging.saved_tags import tag_distributions, tag_file_header, write_tag_file
 from neurocrf.supertagging.supertagger import Supertagger
 

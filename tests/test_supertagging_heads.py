@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from neurocrf.encoders import build_vocabularies
-from neurocrf.supertagging.data import SupertagDataModule, write_sample_treebank
+from neurocrf.parsing.treebank import write_sample_treebank
+from neurocrf.supertagging.data import SupertagDataModule
 from neurocrf.supertagging.heads import FACTORS, FactoredSupertagHead, build_supertag_head, supertag_parts
 from neurocrf.supertagging.supertagger import Supertagger
 

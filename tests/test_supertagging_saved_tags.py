@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from neurocrf.encoders import build_vocabularies
-from neurocrf.supertagging.data import SupertagDataModule, write_sample_treebank
+from neurocrf.parsing.treebank import write_sample_treebank
+from neurocrf.supertagging import source as source_module
+from neurocrf.supertagging.data import SupertagDataModule
 from neurocrf.supertagging.ensemble import SupertaggerEnsemble
 from neurocrf.supertagging.saved_tags import (
     SavedSupertags,
@@ -24,7 +26,6 @@ from neurocrf.supertagging.saved_tags import (
     tag_file_header,
     write_tag_file,
 )
-from neurocrf.supertagging import source as source_module
 from neurocrf.supertagging.source import KBestTags, SupertagScorer, SupertagSource
 from neurocrf.supertagging.supertagger import Supertagger
 

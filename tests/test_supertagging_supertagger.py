@@ -15,13 +15,12 @@ from neurocrf.data.conll import ConllFormatError
 from neurocrf.encoders import build_vocabularies
 from neurocrf.parsing import read_treebank
 from neurocrf.parsing.supertags import supertags_to_tree
+from neurocrf.parsing.treebank import load_treebank, write_sample_treebank
 from neurocrf.supertagging.data import (
     SupertagDataModule,
     corpus_statistics,
-    load_treebank,
     read_supertag_corpus,
     supertag_corpus,
-    write_sample_treebank,
     write_supertag_corpus,
 )
 from neurocrf.supertagging.ensemble import SupertaggerEnsemble, load_supertagger

@@ -33,13 +33,11 @@ log = logging.getLogger(__name__)
 
 def extract(cfg: DictConfig) -> dict[str, Any]:
     """Write the supertag corpus of ``cfg.treebank`` into ``cfg.output_dir``; returns the stats."""
+    from neurocrf.parsing.treebank import SPLITS, load_treebank, treebank_options
     from neurocrf.supertagging.data import (
-        SPLITS,
         corpus_statistics,
-        load_treebank,
         prepare_for_extraction,
         supertag_corpus,
-        treebank_options,
         write_supertag_corpus,
     )
 

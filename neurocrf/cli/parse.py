@@ -33,13 +33,17 @@ from omegaconf import DictConfig
 
 from neurocrf.cli.utils import CONFIG_DIR, to_plain
 from neurocrf.parsing.tree import TreebankSentence
+from neurocrf.parsing.treebank import (
+    check_split,
+    load_treebank,
+    select_split,
+    treebank_options,
+)
 from neurocrf.supertagging.pipeline import (
-    SPLITS,
     format_parse_report,
     gold_tags,
     oracle_parse,
     read_sentences,
-    select_split,
     summarize,
     tag_and_parse,
     write_run,
@@ -72,8 +76,7 @@ def load_source(cfg: DictConfig, ids: Sequence[str], words: Sequence[Sequence[st
 def check_sources(cfg: DictConfig, has_treebank: bool) -> None:
     """Exactly one of ``ckpt_path``, ``tags`` and ``oracle=true``, and what each needs."""
     oracle = bool(cfg.get("oracle", False))
-    if cfg.get("split", "test") not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {cfg.get('split')!r}")
+    check_split(cfg.get("split", "test"))
     if oracle and (cfg.get("input") or not has_treebank):
         raise ValueError("oracle=true needs gold trees: give treebank=<name> and split, not input")
     sources = [name for name, given in (("ckpt_path", cfg.get("ckpt_path")), ("tags", cfg.get("tags")),
@@ -88,7 +91,7 @@ def check_sources(cfg: DictConfig, has_treebank: bool) -> None:
 
 def parse(cfg: DictConfig) -> dict[str, Any]:
     """Run the parse described by ``cfg``; returns the report (with ``output`` paths)."""
-    from neurocrf.supertagging.data import load_treebank, supertag_corpus, treebank_options
+    from neurocrf.supertagging.data import supertag_corpus
 
     options = treebank_options(to_plain(cfg.get("treebank"))) if cfg.get("treebank") else None
     check_sources(cfg, options is not None)

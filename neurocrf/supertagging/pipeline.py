@@ -32,8 +32,6 @@ from neurocrf.parsing.parser import Parser, ParseResult
 from neurocrf.parsing.tree import TreebankSentence
 from neurocrf.supertagging.source import KBestTags, SupertagSource
 
-SPLITS = ("train", "dev", "test", "all")
-
 
 @dataclass
 class ParseRun:
@@ -236,21 +234,3 @@ def read_sentences(path: str | Path) -> tuple[list[str], list[list[str]]]:
                 ids.append(str(number))
                 words.append(tokens)
     return ids, words
-
-
-def select_split(splits: Mapping[str, list[TreebankSentence]], split: str) -> list[TreebankSentence]:
-    """``splits[split]``, or all three splits in order for ``split="all"``."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if split == "all":
-        return [s for name in ("train", "dev", "test") for s in splits[name]]
-    return list(splits[split])
-
-
-def gold_split(treebank: Mapping[str, Any], split: str) -> list[TreebankSentence]:
-    """Sentences of ``split`` (train/dev/test, or ``all``) of a treebank config."""
-    from neurocrf.supertagging.data import load_treebank
-
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    return select_split(load_treebank(treebank), split)
