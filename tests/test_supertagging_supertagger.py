@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from neurocrf.data.conll import ConllFormatError
+from neurocrf.data.datamodule import BucketBatchSampler
 from neurocrf.encoders import build_vocabularies
 from neurocrf.parsing import read_treebank
 from neurocrf.parsing.supertags import supertags_to_tree
@@ -88,6 +89,28 @@ def test_datamodule_splits_labels_and_batches(datamodule: SupertagDataModule) ->
         assert batch["supertags"][b, : len(expected)].tolist() == expected
     shuffled = [i for b in dm.dataloader("train", shuffle=True) for i in b["index"].tolist()]
     assert sorted(shuffled) == list(range(32))
+
+
+def test_training_batches_take_lightnings_distributed_sampler(datamodule: SupertagDataModule) -> None:
+    # What Lightning does under DDP (private API: data_connector._request_dataloader).
+    from lightning_fabric.utilities.data import _replace_dunder_methods
+    from pytorch_lightning.utilities.data import _update_dataloader
+    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+        loader = datamodule.train_dataloader()
+    assert isinstance(loader.batch_sampler, BucketBatchSampler)
+    shards = []
+    for rank in range(2):
+        sampler = DistributedSampler(loader.dataset, num_replicas=2, rank=rank, shuffle=True)
+        updated = _update_dataloader(loader, sampler)
+        assert isinstance(updated.batch_sampler, BucketBatchSampler)
+        shards.append({i for batch in updated for i in batch["index"].tolist()})
+    assert shards[0] | shards[1] == set(range(32)) and not shards[0] & shards[1]
+    plain = SupertagDataModule(datamodule.treebank_config, batch_size=8, bucket=False)
+    plain.setup()
+    batches = [b["index"].tolist() for b in plain.train_dataloader()]
+    assert sorted(i for b in batches for i in b) == list(range(32)) and len(batches) == 4
 
 
 def test_supertag_corpus_file_round_trip_and_errors(tmp_path: Path, datamodule: SupertagDataModule) -> None:

@@ -25,8 +25,9 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 
+from neurocrf.data.datamodule import BucketBatchSampler
 from neurocrf.parsing import move_punctuation_sentence
 from neurocrf.parsing.supertags import extract_supertags
 from neurocrf.parsing.tree import TreebankSentence
@@ -271,21 +272,25 @@ class SupertagDataModule(pl.LightningDataModule):
         return self.dataloader("test")
 
     def dataloader(self, split: str, shuffle: bool = False) -> DataLoader:
-        """Batches of ``split`` (in order unless ``shuffle``; training batches are length-bucketed)."""
+        """Batches of ``split``: in order, or shuffled (``shuffle``) and of similar lengths unless
+        ``bucket`` is false (:class:`~neurocrf.data.datamodule.BucketBatchSampler`)."""
         if split not in self.corpora:
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS} (call setup first)")
         collate = SupertagCollator(self.supertags, self.preterminals, self.input_builder,
                                    self.auxiliary_labels, self.teacher_train if split == "train" else None)
         corpus = self.corpora[split]
         dataset = _Indexed(corpus)
-        if shuffle:
-            generator = torch.Generator().manual_seed(self.seed)
-            sampler = BucketBatchSampler([len(s.words) for s in corpus], self.batch_size, generator,
-                                         self.bucket)
-            return DataLoader(dataset, batch_sampler=sampler, num_workers=self.num_workers,
-                              collate_fn=collate)
-        return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False,
-                          num_workers=self.num_workers, collate_fn=collate)
+        if not shuffle:
+            return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False,
+                              num_workers=self.num_workers, collate_fn=collate)
+        generator = torch.Generator().manual_seed(self.seed)
+        if not self.bucket:
+            return DataLoader(dataset, batch_size=self.batch_size, shuffle=True, generator=generator,
+                              num_workers=self.num_workers, collate_fn=collate)
+        # the BatchSampler signature lets Lightning put a DistributedSampler in under DDP
+        sampler = BucketBatchSampler(RandomSampler(dataset, generator=generator), self.batch_size, False,
+                                     lengths=[len(s.words) for s in corpus], seed=self.seed)
+        return DataLoader(dataset, batch_sampler=sampler, num_workers=self.num_workers, collate_fn=collate)
 
 
 class _Indexed(torch.utils.data.Dataset):
@@ -304,37 +309,6 @@ class _Indexed(torch.utils.data.Dataset):
 def _by_frequency(items: Any) -> list[str]:
     counts = Counter(items)
     return sorted(counts, key=lambda item: (-counts[item], item))
-
-
-class BucketBatchSampler(torch.utils.data.Sampler):
-    """Shuffled batches of sentences of similar length (``bucket``) or plain shuffled batches.
-
-    Sorting a shuffled list by length within chunks of 50 batches keeps batches random while
-    reducing padding."""
-
-    def __init__(self, lengths: Sequence[int], batch_size: int, generator: torch.Generator,
-                 bucket: bool = True) -> None:
-        self.lengths = list(lengths)
-        self.batch_size = batch_size
-        self.generator = generator
-        self.bucket = bucket
-
-    def __iter__(self):
-        order = torch.randperm(len(self.lengths), generator=self.generator).tolist()
-        batches: list[list[int]] = []
-        if self.bucket:
-            chunk = self.batch_size * 50
-            for start in range(0, len(order), chunk):
-                part = sorted(order[start:start + chunk], key=lambda i: self.lengths[i])
-                batches.extend(part[i:i + self.batch_size] for i in range(0, len(part), self.batch_size))
-            perm = torch.randperm(len(batches), generator=self.generator).tolist()
-            batches = [batches[i] for i in perm]
-        else:
-            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        return iter(batches)
-
-    def __len__(self) -> int:
-        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
 
 
 class SupertagCollator:
