@@ -60,7 +60,8 @@ def training_outcome(run_dir: Path) -> tuple[str, dict[str, float], int]:
     epochs = 0
     with open(run_dir / "csv" / "version_0" / "metrics.csv", encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
-            metrics.update({key: float(value) for key, value in row.items() if value and key != "step"})
+            metrics.update({key: float(value) for key, value in row.items()
+                            if value and key not in ("epoch", "step")})
             if row.get("val/supertag_acc"):
                 epochs = max(epochs, int(row["epoch"]) + 1)
     return str(best[0]), metrics, epochs

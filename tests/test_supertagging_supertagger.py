@@ -10,6 +10,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from ddp_shards import distributed_shards
 
 from neurocrf.data.conll import ConllFormatError
 from neurocrf.data.datamodule import BucketBatchSampler
@@ -92,20 +93,8 @@ def test_datamodule_splits_labels_and_batches(datamodule: SupertagDataModule) ->
 
 
 def test_training_batches_take_lightnings_distributed_sampler(datamodule: SupertagDataModule) -> None:
-    # What Lightning does under DDP (private API: data_connector._request_dataloader).
-    from lightning_fabric.utilities.data import _replace_dunder_methods
-    from pytorch_lightning.utilities.data import _update_dataloader
-    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
-
-    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
-        loader = datamodule.train_dataloader()
+    loader, shards = distributed_shards(datamodule.train_dataloader)
     assert isinstance(loader.batch_sampler, BucketBatchSampler)
-    shards = []
-    for rank in range(2):
-        sampler = DistributedSampler(loader.dataset, num_replicas=2, rank=rank, shuffle=True)
-        updated = _update_dataloader(loader, sampler)
-        assert isinstance(updated.batch_sampler, BucketBatchSampler)
-        shards.append({i for batch in updated for i in batch["index"].tolist()})
     assert shards[0] | shards[1] == set(range(32)) and not shards[0] & shards[1]
     plain = SupertagDataModule(datamodule.treebank_config, batch_size=8, bucket=False)
     plain.setup()
