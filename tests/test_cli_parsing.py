@@ -101,6 +101,8 @@ def test_oracle_gold_supertags_k1_reproduce_gold_trees(tmp_path: Path, data_dir:
                                          ).values() for s in split]
     predicted = read_treebank(tmp_path / "parse.discbracket")
     assert [p.id for p in predicted] == [g.id for g in gold]
+    lines = (tmp_path / "parse.discbracket").read_text(encoding="utf-8").splitlines()
+    assert [line.split("\t") for line in lines] == [[g.tree.discbracket(g.words), g.id] for g in gold]  # disco-dop's form
     assert all(p.tree == g.tree and p.words == g.words for p, g in zip(predicted, gold))
 
 
@@ -333,17 +335,35 @@ def test_parse_errors(tmp_path: Path, data_dir: Path) -> None:
 
 
 def test_evaluate_entry_point_with_a_gold_file(tmp_path: Path, data_dir: Path) -> None:
+    """Hand-written files in disco-dop's forms: discbracket ``tree<TAB>comment`` lines (the
+    comment is the sentence id; the last line has none, so its id is its line number 3) and an
+    EVALB parameter file."""
     gold = tmp_path / "gold.discbracket"
     pred = tmp_path / "pred.discbracket"
-    gold.write_text("1\t(ROOT (VP (V 0=a) (N 2=c)) (X 1=b))\n2\t(ROOT (S (N 0=x) (V 1=y)))\n")
-    pred.write_text("1\t(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\n2\t(ROOT (S (N 0=x) (V 1=y)))\n")
+    gold.write_text("(ROOT (VP (V 0=a) (N 2=c)) (X 1=b))\t1\n(ROOT (S (N 0=x) (V 1=y)))\t2\n"
+                    "(ROOT (S (N 0=p) (V 1=q) (N 2=r)) ($. 3=.))\n", encoding="utf-8")
+    pred.write_text("(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\t1\n(ROOT (S (N 0=x) (V 1=y)))\t2\n"
+                    "(ROOT (S (N 0=p) (V 1=q) (N 2=r) ($. 3=.)))\n", encoding="utf-8")
     scores = evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
         f"gold={gold}", f"predictions={pred}", f"report_dir={tmp_path / 'eval'}"]))
-    assert scores["gold_dis_brackets"] == 1 and scores["matched_brackets"] == 1
-    assert scores["f1"] == pytest.approx(0.5) and scores["dis_f1"] == 0.0 and scores["exact_match"] == 0.5
+    assert scores["sentences"] == 3 and scores["gold_dis_brackets"] == 1 and scores["matched_brackets"] == 2
+    assert scores["f1"] == pytest.approx(2 / 3) and scores["dis_f1"] == 0.0 and scores["exact_match"] == pytest.approx(2 / 3)
     assert "Dis-F1" in (tmp_path / "eval" / "parse_evaluation.txt").read_text()
-    pred.write_text("7\t(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\n2\t(ROOT (S (N 0=x) (V 1=y)))\n")
+    # CUTOFF_LEN counts the full stop (4 words > 3): the third sentence is left out
+    prm = tmp_path / "cut.prm"
+    prm.write_text("# EVALB syntax\nLABELED 1\nCUTOFF_LEN 3\nDELETE_LABEL ROOT\nDELETE_LABEL $.\n", encoding="utf-8")
+    cut = evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
+        f"gold={gold}", f"predictions={pred}", f"params={prm}", f"report_dir={tmp_path / 'cut'}"]))
+    assert cut["sentences"] == 2 and cut["f1"] == pytest.approx(0.5)
+    pred.write_text("(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\t7\n(ROOT (S (N 0=x) (V 1=y)))\t2\n"
+                    "(ROOT (S (N 0=p) (V 1=q) (N 2=r) ($. 3=.)))\n", encoding="utf-8")
     with pytest.raises(ValueError, match="ids differ"):
+        evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
+            f"gold={gold}", f"predictions={pred}"]))
+    pred.write_text("(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\t1\n(ROOT (S (N 0=x) (V 1=z)))\t2\n"
+                    "(ROOT (S (N 0=p) (V 1=q) (N 2=r) ($. 3=.)))\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"sentence 2 \(id 2\): gold and predicted words differ \(word 1: gold 'y', "
+                                         r"predicted 'z'\)"):
         evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
             f"gold={gold}", f"predictions={pred}"]))
 

@@ -108,6 +108,25 @@ def test_predict_text_jsonl_any_length(trained: dict[str, Path], tmp_path: Path)
     assert records[1]["tokens"] == [] and len(records[2]["tokens"]) == 480
 
 
+def test_predict_nbest_on_a_10000_token_sentence(trained: dict[str, Path], tmp_path: Path) -> None:
+    """n-best on a very long sentence: the predicted tags first, five distinct paths, float64
+    log-probabilities in order (their probabilities underflow to 0)."""
+    text = tmp_path / "long.txt"
+    text.write_text(" ".join(["Mr.", "Smith", "flew", "to", "Paris", "."] * 1667) + "\n", encoding="utf-8")
+    output = tmp_path / "long.jsonl"
+    predict(compose_config("predict", tmp_path, [
+        f"ckpt_path={trained['ckpt']}", f"input={text}", f"output={output}", "format=jsonl", "nbest=5",
+        "input_format=text",
+    ]))
+    (record,) = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert len(record["tokens"]) == 10002
+    nbest = record["nbest"]
+    assert len(nbest) == 5 and nbest[0]["tags"] == record["tags"]
+    assert len({tuple(p["tags"]) for p in nbest}) == 5
+    log_probs = [p["log_probability"] for p in nbest]
+    assert log_probs == sorted(log_probs, reverse=True) and log_probs[0] < 0
+
+
 def test_detect_input_format(tmp_path: Path) -> None:
     conll = tmp_path / "a.txt"
     conll.write_text("-DOCSTART- -X- O\n\nEU NNP B-ORG\nrejects VBZ O\n\nPeter NNP B-PER\n", encoding="utf-8")

@@ -123,7 +123,7 @@ def test_treebank_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown treebank option"):
         load_treebank({"path": "x", "splitt": 0.1})
     broken = tmp_path / "broken.discbracket"
-    broken.write_text("0\t(ROOT (N 0=a) (V 1=b))\n1\t(ROOT (N 0=a) (V 1=b)\n")
+    broken.write_text("(ROOT (N 0=a) (V 1=b))\t0\n(ROOT (N 0=a) (V 1=b)\t1\n")
     with pytest.raises(ValueError, match=r"broken.discbracket:2"):
         load_treebank({"path": str(broken)})
     with pytest.raises(ValueError, match="sentence 7"):

@@ -22,13 +22,48 @@ def sent(tree: str, words=WORDS, sid="1") -> TreebankSentence:
     return TreebankSentence(sid, list(words), Tree.parse(tree))
 
 
-def test_default_params_file():
+def _read_as_discodop(path):
+    """How disco-dop's evaluator reads a parameter file (EVALB syntax): non-empty lines not
+    starting with '#' split once into key and value; DELETE_* values are whole rests of lines,
+    EQ_* values pairs, the other keys integers. Raises where disco-dop raises."""
+    sets, pairs, ints = {}, {}, {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, value = line.split(None, 1)  # ValueError on a line of spaces or a key alone
+        if key in ("DELETE_LABEL", "DELETE_LABEL_FOR_LENGTH", "DELETE_WORD"):
+            sets.setdefault(key, set()).add(value)
+        elif key in ("EQ_LABEL", "EQ_WORD"):
+            first, second = value.split()
+            pairs.setdefault(key, []).append((first, second))
+        elif key in ("DEBUG", "MAX_ERROR", "CUTOFF_LEN", "LABELED", "DISC_ONLY", "LA", "TED", "DEP",
+                     "DELETE_ROOT_PRETERMS"):
+            assert key not in ints, f"{key} twice"
+            ints[key] = int(value)
+        else:
+            raise ValueError(f"unrecognized parameter key: {key}")
+    return sets, pairs, ints
+
+
+def test_default_params_file_reads_the_same_in_discodop():
     p = load_params()
-    assert p.delete_label == {"TOP", "ROOT", "VROOT", "NOPARSE"}
-    assert p.delete_pos == set(PUNCT_TAGS)  # what punctuation.py moves is what evaluation ignores
+    # what punctuation.py moves, also as disco-dop reads the tags with brackets
+    assert p.delete_label == {"TOP", "ROOT", "VROOT", "NOPARSE", "$[", "LET[]"} | set(PUNCT_TAGS)
     assert p.eq_label == {"ADVP": "ADVP", "PRT": "ADVP"}
-    assert p.labeled and p.cutoff_len == 0 and not p.delete_word
+    assert p.labeled and p.cutoff_len == 0 and not p.delete_word and not p.delete_label_for_length
     assert DEFAULT_PARAMS_FILE.name == "proper.prm"
+    sets, pairs, ints = _read_as_discodop(DEFAULT_PARAMS_FILE)
+    assert sets == {"DELETE_LABEL": p.delete_label}
+    assert pairs == {"EQ_LABEL": [("ADVP", "PRT")]}
+    assert ints == {"LABELED": 1, "CUTOFF_LEN": 0}
+
+
+def test_equivalence_classes_are_the_transitive_closure_of_pairs(tmp_path):
+    prm = tmp_path / "eq.prm"
+    prm.write_text("EQ_LABEL ADVP PRT\nEQ_LABEL X Y\nEQ_LABEL PRT Z\nEQ_WORD -LRB- (\n", encoding="utf-8")
+    p = load_params(prm)
+    assert p.eq_label == {"ADVP": "ADVP", "PRT": "ADVP", "Z": "ADVP", "X": "X", "Y": "X"}
+    assert p.eq_word == {"-LRB-": "-LRB-", "(": "-LRB-"}
 
 
 def test_bracketings_delete_root_punctuation_and_renumber():
@@ -112,13 +147,50 @@ def test_root_not_in_delete_label_is_counted_and_multisets():
 
 def test_unlabeled_and_cutoff(tmp_path):
     prm = tmp_path / "u.prm"
-    prm.write_text("LABELED 0  # unlabeled\nDELETE_LABEL ROOT\nCUTOFF_LEN 3\n", encoding="utf-8")
+    prm.write_text("# unlabeled\nLABELED 0\nDELETE_LABEL ROOT\nCUTOFF_LEN 3\n", encoding="utf-8")
     p = load_params(prm)
     assert not p.labeled and p.cutoff_len == 3
     short = sent("(ROOT (S (A 0) (B 1)))", ["a", "b"], sid="s")
     short_pred = sent("(ROOT (X (A 0) (B 1)))", ["a", "b"], sid="s")
     r = evaluate([sent(GOLD), short], [sent(PRED_WRONG), short_pred], prm)
     assert r["sentences"] == 1 and r["f1"] == 1.0  # GOLD has 6 words > 3: skipped
+
+
+def test_cutoff_counts_punctuation_as_evalb_does(tmp_path):
+    """4 words, one of them punctuation: 4 > CUTOFF_LEN 3 although 3 words are scored; a tag
+    listed in DELETE_LABEL_FOR_LENGTH does not count."""
+    words = ["a", "b", "c", "."]
+    gold = sent("(ROOT (S (A 0) (B 1) (C 2)) ($. 3))", words)
+    prm = tmp_path / "cut.prm"
+    prm.write_text("DELETE_LABEL ROOT\nDELETE_LABEL $.\nCUTOFF_LEN 3\n", encoding="utf-8")
+    assert evaluate([gold], [gold], prm)["sentences"] == 0
+    prm.write_text(prm.read_text(encoding="utf-8") + "DELETE_LABEL_FOR_LENGTH $.\n", encoding="utf-8")
+    r = evaluate([gold], [gold], prm)
+    assert r["sentences"] == 1 and r["pos_total"] == 3 and r["gold_brackets"] == 1
+
+
+def test_disc_only_and_root_preterminals(tmp_path):
+    words = ["a", "b", "c", "d"]
+    gold = sent("(ROOT (S (VP (V 0) (N 2)) (X 1)) (Y 3))", words)
+    prm = tmp_path / "d.prm"
+    prm.write_text("DELETE_LABEL ROOT\nDISC_ONLY 1\n", encoding="utf-8")
+    r = evaluate([gold], [gold], prm)
+    assert r["gold_brackets"] == r["gold_dis_brackets"] == 1 and r["f1"] == 1.0  # VP {0, 2} only
+    prm.write_text("DELETE_LABEL ROOT\nDELETE_ROOT_PRETERMS 1\n", encoding="utf-8")
+    r = evaluate([gold], [gold], prm)
+    assert r["pos_total"] == 3 and r["gold_brackets"] == 2  # d (Y under ROOT) deleted: S, VP
+
+
+def test_different_words_are_an_error_naming_the_sentence(tmp_path):
+    other = ["a", "B", "c", ",", "d", "!"]
+    gold = [sent(GOLD, sid="s1"), sent(GOLD, sid="s2")]
+    pred = [sent(PRED_SAME, sid="s1"), sent(PRED_SAME, other, sid="s2")]
+    with pytest.raises(ValueError, match=r"sentence 2 \(id s2\): gold and predicted words differ "
+                                         r"\(word 1: gold 'b', predicted 'B', word 5: gold '\.', predicted '!'\)"):
+        evaluate(gold, pred)
+    prm = tmp_path / "eq.prm"
+    prm.write_text("DELETE_LABEL ROOT\nEQ_WORD b B\nEQ_WORD . !\n", encoding="utf-8")
+    assert evaluate(gold, pred, prm)["sentences"] == 2  # equal up to EQ_WORD
 
 
 def test_pos_accuracy_and_wrong_tags():
@@ -130,9 +202,17 @@ def test_pos_accuracy_and_wrong_tags():
 
 @pytest.mark.parametrize("text, line, message", [
     ("FOO 1\n", 1, "unknown parameter 'FOO'"),
+    ("DELETE_LABEL ROOT\nDELETE_POS $,\n", 2, "unknown parameter 'DELETE_POS' .*as DELETE_LABEL lines"),
     ("# c\nLABELED\n", 2, "needs a value"),
     ("LABELED 1\nLABELED 0\n", 2, "given twice"),
     ("CUTOFF_LEN x\n", 1, "non-negative integer"),
+    ("LABELED 0  # unlabeled\n", 1, "non-negative integer"),  # no comments after a value
+    ("DELETE_LABEL TOP ROOT VROOT\n", 1, "one value per DELETE_LABEL line.*'TOP ROOT VROOT' as a single label"),
+    ("DELETE_LABEL TOP \n", 1, "trailing whitespace"),
+    ("DELETE_WORD a # comment\n", 1, "one value per DELETE_WORD line"),
+    ("EQ_LABEL ADVP PRT X\n", 1, "takes two values"),
+    ("LABELED 1\n  \n", 2, "a line of spaces"),
+    ("TED 1\n", 1, "tree-edit distance scores, which neurocrf does not compute"),
 ])
 def test_bad_parameter_files(tmp_path, text, line, message):
     prm = tmp_path / "bad.prm"
@@ -148,7 +228,8 @@ def test_mismatched_inputs_are_rejected():
     with pytest.raises(ValueError, match="ids differ"):
         evaluate([sent(GOLD, sid="1")], [sent(GOLD, sid="2")])
     assert evaluate([sent(GOLD, sid="1")], [sent(GOLD, sid="2")], check_ids=False)["f1"] == 1.0
-    with pytest.raises(ValueError, match="gold has 6 words, prediction 5"):
+    with pytest.raises(ValueError, match=r"sentence 1 \(id 1\): gold has 6 words, prediction 5 \(first "
+                                         r"difference at word 5: gold '\.', predicted none\)"):
         evaluate([sent(GOLD)], [sent("(ROOT (A 0) (A 1) (A 2) (A 3) (A 4))", WORDS[:5])])
     with pytest.raises(ValueError, match="not distinct"):
         evaluate([sent(GOLD)], [sent("(ROOT (S (A 0) (A 0)) (B 1) (B 2) (B 3) (B 4) (B 5))")])
@@ -199,3 +280,10 @@ def test_alpino_against_itself_and_against_flat_fallback():
             for s in gold]
     r = evaluate(gold, flat)
     assert r["pred_brackets"] == 0 and r["f1"] == 0.0 and r["pos_accuracy"] == 1.0
+
+
+def test_doctests():
+    import doctest
+    import importlib
+
+    assert doctest.testmod(importlib.import_module("neurocrf.parsing.evaluate")).failed == 0

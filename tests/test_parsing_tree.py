@@ -66,7 +66,7 @@ def test_str_and_parse_round_trip_with_words():
     assert str(t) == DISC
     words = ["is", "(y)", "x"]
     text = t.discbracket(words)
-    assert text == "(S (VP (VB 0=is) (NN 2=x)) (X 1=-LRB-y-RRB-))"
+    assert text == "(S (VP (VB 0=is) (NN 2=x)) (X 1=#LRB#y#RRB#))"
     tree, parsed_words = parse_bracketed(text)
     assert tree == t and parsed_words == {0: "is", 1: "(y)", 2: "x"}
     assert unescape_word(escape_word("a(b)c")) == "a(b)c"

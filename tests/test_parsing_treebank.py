@@ -236,11 +236,33 @@ def test_export_errors_name_file_and_line(tmp_path, text, line, message):
 
 # ---------------------------------------------------------------------------- discbracket
 def test_discbracket_reader():
-    text = "(S (VP (VB 0=is) (NN 2=x)) (X 1=y))\n\nid7\t(S (A 0=-LRB-))\n"
-    a, b = parse_discbracket(text)
+    """disco-dop's form: a tree, optionally a tab and a comment (the sentence id); without a
+    comment the id is the line number."""
+    text = "(S (VP (VB 0=is) (NN 2=x)) (X 1=y))\n\n(S (A 0=#LRB#))\tid7\n(S (A 0=a=b))\t s 8 \n"
+    a, b, c = parse_discbracket(text)
     assert (a.id, a.words) == ("1", ["is", "y", "x"])
     assert a.tree == Tree.parse("(S (VP (VB 0) (NN 2)) (X 1))")
     assert (b.id, b.words, str(b.tree)) == ("id7", ["("], "(S (A 0))")
+    assert (c.id, c.words) == ("s 8", ["a=b"])
+
+
+def test_discbracket_hand_written_in_discodop_form(tmp_path):
+    """A file as disco-dop writes it (``writetree(..., 'discbracket', comment=...)``): comments
+    after a tab, discontinuous constituents, escaped brackets."""
+    path = tmp_path / "gold.discbracket"
+    path.write_text(
+        "(ROOT (S (VP (VVPP 0=Gelesen) (NN 2=Buch)) (VAFIN 1=hat) (PPER 3=er)) ($. 4=.))\t1\n"
+        "(ROOT (NP (NE 0=Peter) ($[ 1=#LRB#) (NE 2=Pan) ($[ 3=#RRB#)))\t2\n",
+        encoding="utf-8")
+    first, second = read_treebank(path)
+    assert (first.id, second.id) == ("1", "2")
+    assert first.words == ["Gelesen", "hat", "Buch", "er", "."]
+    assert [n.fanout() for n in first.tree.subtrees() if n.label == "VP"] == [2]
+    assert second.words == ["Peter", "(", "Pan", ")"]
+    assert second.pos_tags == ["NE", "$(", "NE", "$("]  # the STTS tag, as the export format writes it
+    buf = io.StringIO()
+    write_discbracket(buf, [first, second], write_ids=True)
+    assert buf.getvalue() == path.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("write_ids", [False, True])
@@ -248,6 +270,10 @@ def test_discbracket_round_trip(tmp_path, write_ids):
     sents = _random_sentences(150, seed=3)
     path = tmp_path / "t.discbracket"
     write_discbracket(path, sents, write_ids=write_ids)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert all(line.startswith("(") for line in lines)  # the tree first
+    if write_ids:
+        assert [line.rsplit("\t", 1)[1] for line in lines] == [s.id for s in sents]
     first = read_discbracket(path)
     assert [(s.words, s.tree) for s in first] == [(s.words, s.tree) for s in sents]
     if write_ids:
@@ -263,7 +289,9 @@ def test_discbracket_round_trip(tmp_path, write_ids):
     ("(S (A 0=a))\n(S (A 0=a) (B 2=b))\n", 2, "not 0..1"),
     ("(S (A 0=a) (B 1))\n", 1, r"terminal\(s\) \[1\] have no '=word'"),
     ("\n(S (A 0=a) (B 0=b))\n", 2, "repeated"),
-    ("x (S (A 0=a))\n", 1, "id<TAB>tree"),
+    ("x (S (A 0=a))\n", 1, "expected a tree or 'tree<TAB>comment'"),
+    ("(S (A 0=a))\n7\t(S (A 0=a))\n", 2, "an 'id<TAB>tree' line: discbracket puts the tree first"),
+    ("\tcomment only\n", 1, "expected a tree"),
 ])
 def test_discbracket_errors_name_file_and_line(tmp_path, text, line, message):
     path = tmp_path / "bad.discbracket"
@@ -274,17 +302,20 @@ def test_discbracket_errors_name_file_and_line(tmp_path, text, line, message):
 
 
 def test_discbracket_bracket_escapes():
-    # '(' and ')' are written -LRB- / -RRB-; so a literal word -LRB- reads back as '(' (documented)
-    (s,) = parse_discbracket("(S (A 0=-LRB-) (B 1=a-RRB-))")
-    assert s.words == ["(", "a)"]
+    # '(' and ')' are written #LRB# / #RRB# as disco-dop does; a Penn-style -LRB- is a plain word
+    (s,) = parse_discbracket("(S (A 0=#LRB#) (B 1=a#RRB#) (C 2=-LRB-))")
+    assert s.words == ["(", "a)", "-LRB-"]
     buf = io.StringIO()
     write_discbracket(buf, [s])
-    assert buf.getvalue() == "(S (A 0=-LRB-) (B 1=a-RRB-))\n"
+    assert buf.getvalue() == "(S (A 0=#LRB#) (B 1=a#RRB#) (C 2=-LRB-))\n"
 
 
-def test_discbracket_writer_rejects_whitespace_in_words():
+def test_discbracket_writer_rejects_whitespace_in_words_and_ids():
     with pytest.raises(ValueError, match="whitespace"):
         write_discbracket(io.StringIO(), [TreebankSentence("1", ["a b"], Tree.parse("(S (A 0))"))])
+    for bad in ("", " 1", "a\tb"):
+        with pytest.raises(ValueError, match="discbracket comment cannot hold"):
+            write_discbracket(io.StringIO(), [TreebankSentence(bad, ["a"], Tree.parse("(S (A 0))"))], write_ids=True)
 
 
 # ---------------------------------------------------------------------------- Penn brackets

@@ -20,10 +20,11 @@ an ensemble (:mod:`neurocrf.models.supertag_cache`): tag once, then parse at any
 ``fallback_k=<n>`` (50 in ``configs/parse.yaml``; ``null`` is the paper's setting) parses
 sentences whose k best supertags do not combine once more with their n best.
 
-Writes ``<output>`` (discbracket, ``id<TAB>tree`` per line) and ``parse_report.json`` /
-``parse_report.txt`` next to it: coverage (NOPARSE count), parser statuses, skipped (unknown or
-invalid) supertags, sentences per second of tagging and of parsing separately and together,
-and, for treebank input, F1 / Dis-F1 / POS accuracy / exact match and supertag accuracy.
+Writes ``<output>`` (discbracket as disco-dop reads it: ``tree<TAB>id`` per line) and
+``parse_report.json`` / ``parse_report.txt`` next to it: coverage (NOPARSE count), parser
+statuses, skipped (unknown or invalid) supertags, sentences per second of tagging and of parsing
+separately and together, and, for treebank input, F1 / Dis-F1 / POS accuracy / exact match and
+supertag accuracy.
 """
 
 from __future__ import annotations

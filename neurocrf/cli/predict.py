@@ -13,7 +13,7 @@ or JSON lines, one object per input sentence (per line for text input, empty lin
 
     {"tokens": [...], "tags": [...], "scheme": "BIOES", "confidences": [...],
      "spans": [{"type": "PER", "start": 0, "end": 2, "confidence": 0.97}],
-     "nbest": [{"tags": [...], "probability": 0.91}, ...], "gold": [...]}
+     "nbest": [{"tags": [...], "probability": 0.91, "log_probability": -0.094}, ...], "gold": [...]}
 
 Every output sentence has exactly as many tokens as the input sentence. A model trained on joined
 columns (``data.token_columns``, e.g. word + POS for the chunking features) reads the same columns

@@ -149,6 +149,8 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     final_ckpt: str | None = None
     if cfg.get("train", True):
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        # before testing: trainer.test(ckpt_path=...) restores the callbacks' states of that checkpoint
+        objects["epochs"] = _epoch_records(callbacks)
         if _best_checkpoint(trainer) is None and cfg.get("save_final", True):
             final_ckpt = str(Path(cfg.paths.output_dir) / "checkpoints" / "final.ckpt")
             trainer.save_checkpoint(final_ckpt, weights_only=True)
@@ -207,17 +209,15 @@ def _resume_from_last(cfg: DictConfig) -> None:
 def _write_summary(cfg: DictConfig, metrics: dict[str, float], objects: dict[str, Any],
                    callbacks: list[pl.Callback]) -> dict[str, Any]:
     """``<run dir>/summary.json``: what a sweep report needs from one run."""
-    from neurocrf.models.callbacks import EpochTimer
-
-    timer = next((c for c in callbacks if isinstance(c, EpochTimer)), None)
-    epochs = timer.records if timer is not None else []
+    epochs = objects.get("epochs", [])
+    scored = [record for record in epochs if record.get("val/f1") is not None]
     model = objects["model"]
     summary = {
         "metrics": metrics,
         "test": model.test_scores.to_dict() if model.test_scores is not None else None,
         "checkpoint": objects.get("ckpt_path"),
         "epochs": epochs,
-        "best_epoch": timer.best_epoch() if timer is not None else None,
+        "best_epoch": max(scored, key=lambda r: (r["val/f1"], -r["epoch"]))["epoch"] if scored else None,
         "seed": cfg.get("seed"),
         "crf": to_plain(cfg.crf),
         "data": {key: value for key, value in (to_plain(cfg.data) or {}).items() if key.endswith("_path")},
@@ -232,6 +232,13 @@ def _write_summary(cfg: DictConfig, metrics: dict[str, float], objects: dict[str
     temporary.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     temporary.replace(path)
     return summary
+
+
+def _epoch_records(callbacks: list[pl.Callback]) -> list[dict[str, Any]]:
+    from neurocrf.models.callbacks import EpochTimer
+
+    timer = next((c for c in callbacks if isinstance(c, EpochTimer)), None)
+    return [dict(record) for record in timer.records] if timer is not None else []
 
 
 def _task_overrides() -> list[str]:

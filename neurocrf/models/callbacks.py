@@ -81,19 +81,15 @@ class EpochTimer(Callback):
 
     def _record(self, trainer: pl.Trainer) -> None:
         value = trainer.callback_metrics.get(self.monitor)
-        self.records.append({
+        record = {
             "epoch": int(trainer.current_epoch),
             "seconds": round(time.perf_counter() - float(self._started), 3),
             self.monitor: None if value is None else float(value),
-        })
+        }
+        self.records.append(record)
         self._started = None
-
-    def best_epoch(self) -> int | None:
-        """The epoch (0-based) of the best dev score; the first one on ties; None without scores."""
-        scored = [r for r in self.records if r.get(self.monitor) is not None]
-        if not scored:
-            return None
-        return max(scored, key=lambda r: (r[self.monitor], -r["epoch"]))["epoch"]
+        score = "" if value is None else f", {self.monitor} {float(value):.4f}"
+        log.info("epoch %d: %.1f s%s", record["epoch"], record["seconds"], score)
 
     def state_dict(self) -> dict[str, Any]:
         return {"records": list(self.records)}

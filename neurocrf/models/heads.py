@@ -10,6 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from neurocrf.structs import CRF_KINDS, ChainCRF, build_crf
+from neurocrf.structs.chain import SEARCH_DTYPE
+from neurocrf.structs.semiring import top_first
 
 HEAD_KINDS = ("softmax", *CRF_KINDS)
 _HEAD_KEYS = ("kind", "constrained", "dropout", "reduction")
@@ -34,8 +36,9 @@ class SoftmaxHead(nn.Module):
         return _reduce(nll, mask, reduction)
 
     def log_partition(self, emissions: Tensor, mask: Tensor) -> Tensor:
-        """``[B]``: sum over real positions of ``logsumexp`` over tags."""
-        return (emissions.float().logsumexp(-1) * mask).sum(-1)
+        """``[B]``: sum over real positions of ``logsumexp`` over tags (float64 for float64
+        emissions, else float32)."""
+        return (emissions.to(ChainCRF._compute_dtype(emissions)).logsumexp(-1) * mask).sum(-1)
 
     def window_log_partition(self, emissions: Tensor, mask: Tensor, rows: Tensor, starts: Tensor,
                              allowed: Tensor) -> Tensor:
@@ -54,16 +57,18 @@ class SoftmaxHead(nn.Module):
 
     def marginals(self, emissions: Tensor, mask: Tensor) -> Tensor:
         """``[B, T, L]`` token softmax, 0 at padding."""
-        return emissions.float().softmax(-1) * mask.unsqueeze(-1)
+        return emissions.to(ChainCRF._compute_dtype(emissions)).softmax(-1) * mask.unsqueeze(-1)
 
     def decode(self, emissions: Tensor, mask: Tensor) -> Tensor:
         """``[B, T]`` argmax tags, -1 at padding."""
         return emissions.argmax(-1).masked_fill(~mask, -1)
 
     def nbest(self, emissions: Tensor, mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        """``k`` best paths ``[B, k, T]`` (-1 padding) and their log-probabilities ``[B, k]``
-        (``-inf`` where fewer than ``k`` paths exist)."""
-        log_probs = emissions.float().log_softmax(-1)  # [B, T, L]
+        """``k`` best paths ``[B, k, T]`` (-1 padding) and their float64 log-probabilities
+        ``[B, k]``, non-increasing (``-inf`` where fewer than ``k`` paths exist). The first path is
+        :meth:`decode`'s; the beam runs in float64, in which long sentences keep their order
+        (see :data:`~neurocrf.structs.chain.SEARCH_DTYPE`)."""
+        log_probs = emissions.to(SEARCH_DTYPE).log_softmax(-1)  # [B, T, L]
         batch, length, num_tags = log_probs.shape
         # A padded position keeps every beam unchanged: label 0 with log-probability 0.
         keep = torch.full((num_tags,), float("-inf"), device=log_probs.device)
@@ -73,7 +78,7 @@ class SoftmaxHead(nn.Module):
         back_beams, back_labels = [], []
         for t in range(length):
             candidates = (scores.unsqueeze(-1) + log_probs[:, t].unsqueeze(1)).reshape(batch, -1)
-            scores, flat = candidates.topk(min(k, candidates.shape[1]), dim=-1)
+            scores, flat = top_first(candidates, min(k, candidates.shape[1]))
             back_beams.append(flat // num_tags)
             back_labels.append(flat % num_tags)
         beams = scores.shape[1]

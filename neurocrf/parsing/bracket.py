@@ -1,9 +1,9 @@
 """Bracketed tree formats: discbracket (read + write) and Penn Treebank brackets (read).
 
-discbracket: one tree per line, terminals written ``index=word``, e.g.
-``(S (VP (VB 0=is) (NN 2=x)) (X 1=y))``; ``(`` / ``)`` in words are ``-LRB-`` / ``-RRB-``.
-A line may start with a sentence id and a tab (``17<TAB>(S ...)``); without one, the id is the
-1-based line number. Blank lines are skipped.
+discbracket (disco-dop's format): one tree per line, terminals written ``index=word``, e.g.
+``(S (VP (VB 0=is) (NN 2=x)) (X 1=y))``; ``(`` / ``)`` in words are ``#LRB#`` / ``#RRB#``. A tree
+may be followed by a tab and a comment, which holds the sentence id (``(S ...)<TAB>17``); without
+one, the id is the 1-based line number (disco-dop's key for every line). Blank lines are skipped.
 
 Penn brackets (continuous trees, e.g. the WSJ ``.mrg`` files): any number of trees per file,
 spread over lines. ``-NONE-`` elements are removed, and so are constituents left empty by that;
@@ -41,16 +41,16 @@ def parse_discbracket(lines: Iterable[str] | str, *, source: str | None = None) 
         lines = io.StringIO(lines)
     out = []
     for lineno, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line:
+        line, _, comment = raw.strip("\r\n").partition("\t")
+        line, comment = line.strip(), comment.strip()
+        if not line and not comment:
             continue
-        sent_id = str(lineno)
         if not line.startswith("("):
-            sent_id, tab, rest = raw.strip("\r\n").partition("\t")
-            if not tab or not rest.strip().startswith("("):
-                raise TreebankFormatError(source, lineno, f"expected a tree or 'id<TAB>tree', got "
-                                          f"{line[:40]!r}")
-            sent_id, line = sent_id.strip(), rest.strip()
+            hint = (" (an 'id<TAB>tree' line: discbracket puts the tree first, then a tab and the id)"
+                    if comment.startswith("(") else "")
+            raise TreebankFormatError(source, lineno, f"expected a tree or 'tree<TAB>comment', got "
+                                      f"{raw.strip()[:40]!r}{hint}")
+        sent_id = comment or str(lineno)
         try:
             tree, words = parse_bracketed(line)
         except ValueError as err:
@@ -69,22 +69,24 @@ def parse_discbracket(lines: Iterable[str] | str, *, source: str | None = None) 
 
 
 def discbracket_line(sentence: TreebankSentence, *, write_id: bool = False) -> str:
-    """One sentence as a discbracket line (without newline)."""
+    """One sentence as a discbracket line (without newline), followed by a tab and its id as the
+    comment if ``write_id``."""
     for word in sentence.words:
         if not word or any(ch.isspace() for ch in word):
             raise ValueError(f"sentence {sentence.id}: word {word!r} is empty or contains "
                              f"whitespace, which discbracket cannot hold")
     text = sentence.tree.discbracket(sentence.words)
     if write_id:
-        if "\t" in sentence.id or "\n" in sentence.id:
-            raise ValueError(f"sentence id {sentence.id!r} contains a tab or newline")
-        return f"{sentence.id}\t{text}"
+        if not sentence.id or sentence.id != sentence.id.strip() or any(c in sentence.id for c in "\t\r\n"):
+            raise ValueError(f"sentence id {sentence.id!r} is empty, has surrounding whitespace or holds a "
+                             f"tab or line break, which a discbracket comment cannot hold")
+        return f"{text}\t{sentence.id}"
     return text
 
 
 def write_discbracket(target: str | os.PathLike | TextIO, sentences: Iterable[TreebankSentence],
                       *, write_ids: bool = False) -> None:
-    """Write one discbracket tree per line (prefixed by ``id<TAB>`` if ``write_ids``)."""
+    """Write one discbracket tree per line (followed by ``<TAB>id`` if ``write_ids``)."""
     text = "".join(discbracket_line(s, write_id=write_ids) + "\n" for s in sentences)
     if isinstance(target, (str, os.PathLike)):
         Path(target).write_text(text, encoding="utf-8")

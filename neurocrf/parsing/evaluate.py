@@ -1,10 +1,14 @@
 """Labeled bracket evaluation of discontinuous constituency trees (F1, Dis-F1, POS, exact match).
 
 A bracket is ``(label, frozenset of terminal indices)``; gold and predicted brackets are compared
-as multisets, summed over the corpus. The parameters (``proper.prm`` next to this file; format in
-its header) follow disco-dop's conventions: root/fallback labels deleted, punctuation deleted by
-gold POS with the remaining tokens renumbered, ``ADVP`` = ``PRT``, preterminals not counted.
-Dis-F1 restricts both sides to brackets whose (renumbered) yield is not contiguous.
+as multisets, summed over the corpus. The parameters are an EVALB parameter file as disco-dop
+reads it (``proper.prm`` next to this file is the default; ``discodop eval GOLD PRED proper.prm``
+gives the same figures): root and fallback labels deleted, punctuation deleted by its gold POS
+tag with the remaining tokens renumbered, ``ADVP`` = ``PRT``, preterminals not counted. Dis-F1
+restricts both sides to brackets whose (renumbered) yield is not contiguous.
+
+Paired sentences must hold the same words (up to ``EQ_WORD``); a difference is an error naming
+the sentence and the words, never a silent score.
 
 >>> from neurocrf.parsing.tree import Tree, TreebankSentence
 >>> gold = TreebankSentence("1", ["a", "b", "c"], Tree.parse("(ROOT (VP (V 0) (N 2)) (X 1))"))
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -34,68 +38,124 @@ Bracket = tuple[str, frozenset[int]]
 
 @dataclass
 class EvalParams:
-    """Evaluation parameters (see ``proper.prm`` for their meaning)."""
+    """Evaluation parameters: the keys of a parameter file in lower case (meaning in ``proper.prm``)."""
 
     delete_label: set[str] = field(default_factory=set)
-    delete_pos: set[str] = field(default_factory=set)
+    delete_label_for_length: set[str] = field(default_factory=set)
     delete_word: set[str] = field(default_factory=set)
     eq_label: dict[str, str] = field(default_factory=dict)
+    eq_word: dict[str, str] = field(default_factory=dict)
     cutoff_len: int = 0
     labeled: bool = True
+    disc_only: bool = False
+    delete_root_preterms: bool = False
 
 
-_LIST_KEYS = {"DELETE_LABEL": "delete_label", "DELETE_POS": "delete_pos",
-              "DELETE_WORD": "delete_word"}
-_INT_KEYS = {"CUTOFF_LEN": "cutoff_len", "LABELED": "labeled"}
+# one label or word per line, accumulated
+_SET_KEYS = {"DELETE_LABEL": "delete_label", "DELETE_LABEL_FOR_LENGTH": "delete_label_for_length",
+             "DELETE_WORD": "delete_word"}
+# two values per line: an undirected pair; the classes are the transitive closure
+_PAIR_KEYS = {"EQ_LABEL": "eq_label", "EQ_WORD": "eq_word"}
+# one integer, at most once
+_INT_KEYS = {"CUTOFF_LEN": "cutoff_len", "LABELED": "labeled", "DISC_ONLY": "disc_only",
+             "DELETE_ROOT_PRETERMS": "delete_root_preterms"}
+_NO_EFFECT = ("DEBUG", "MAX_ERROR")  # disco-dop's output options: read and checked, no effect here
+_NOT_COMPUTED = {"LA": "leaf-ancestor", "TED": "tree-edit distance", "DEP": "dependency"}
+_KEYS = sorted([*_SET_KEYS, *_PAIR_KEYS, *_INT_KEYS, *_NO_EFFECT, *_NOT_COMPUTED])
 
 
 def load_params(path: str | os.PathLike | None = None) -> EvalParams:
-    """Read a parameter file (default: the packaged ``proper.prm``). Raises ValueError naming
-    file and line for an unknown key, a missing or non-integer value, or a repeated single key."""
+    """Read a parameter file (default: the packaged ``proper.prm``) in EVALB's syntax exactly as
+    disco-dop reads it, so that both tools read a file the same way: ``KEY value`` per line, a
+    line starting with ``#`` is a comment (there are no comments after a value), one label or
+    word per ``DELETE_*`` line, two per ``EQ_*`` line, integer keys at most once.
+
+    Raises ValueError naming file and line for an unknown key (e.g. ``DELETE_POS``: EVALB deletes
+    words by their gold POS tag through ``DELETE_LABEL``), a missing or malformed value, a line
+    that disco-dop would read differently (several labels on a ``DELETE_*`` line, trailing
+    whitespace after a label, a line of spaces), a repeated integer key, or ``LA`` / ``TED`` /
+    ``DEP`` asking for scores that are not computed here.
+    """
     path = Path(path) if path is not None else DEFAULT_PARAMS_FILE
     params = EvalParams()
     seen: set[str] = set()
-    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        fields = raw.split()
-        for k, f in enumerate(fields):  # a field starting with '#' begins a comment
-            if f.startswith("#"):
-                fields = fields[:k]
-                break
-        if not fields:
+    pairs: dict[str, list[tuple[str, str]]] = {key: [] for key in _PAIR_KEYS}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line or line.startswith("#"):
             continue
-        key, values = fields[0], fields[1:]
         where = f"{path}:{lineno}"
+        fields = line.split()
+        if not fields:
+            raise ValueError(f"{where}: a blank line must be empty (disco-dop cannot read a line of spaces)")
+        key, values = fields[0], fields[1:]
+        if key not in _KEYS:
+            hint = (" (EVALB and disco-dop delete words by their gold POS tag: list the tags as "
+                    "DELETE_LABEL lines)" if key == "DELETE_POS" else "")
+            raise ValueError(f"{where}: unknown parameter {key!r}{hint}; expected one of {_KEYS}")
         if not values:
             raise ValueError(f"{where}: {key} needs a value")
-        if key in _LIST_KEYS:
-            getattr(params, _LIST_KEYS[key]).update(values)
-        elif key == "EQ_LABEL":
-            for v in values:
-                params.eq_label[v] = values[0]
-        elif key in _INT_KEYS:
+        if key in _SET_KEYS:
+            if len(values) != 1:
+                raise ValueError(f"{where}: one value per {key} line, got {values} (disco-dop would read "
+                                 f"{' '.join(values)!r} as a single label)")
+            if line != line.rstrip():
+                raise ValueError(f"{where}: trailing whitespace after {key} {values[0]} (disco-dop would "
+                                 f"keep it in the label)")
+            getattr(params, _SET_KEYS[key]).add(values[0])
+        elif key in _PAIR_KEYS:
+            if len(values) != 2:
+                raise ValueError(f"{where}: {key} takes two values (a pair of equivalent ones), got {values}")
+            pairs[key].append((values[0], values[1]))
+        else:
             if key in seen:
                 raise ValueError(f"{where}: {key} given twice")
+            seen.add(key)
             if len(values) != 1 or not values[0].isdigit():
                 raise ValueError(f"{where}: {key} needs one non-negative integer, got {values}")
-            seen.add(key)
             value = int(values[0])
-            setattr(params, _INT_KEYS[key], bool(value) if key == "LABELED" else value)
-        else:
-            raise ValueError(f"{where}: unknown parameter {key!r}; expected one of "
-                             f"{sorted([*_LIST_KEYS, 'EQ_LABEL', *_INT_KEYS])}")
+            if key in _NOT_COMPUTED and value:
+                raise ValueError(f"{where}: {key} {value} asks for {_NOT_COMPUTED[key]} scores, which neurocrf "
+                                 f"does not compute (set it to 0; discodop eval computes them)")
+            if key in _INT_KEYS:
+                kind = type(getattr(params, _INT_KEYS[key]))
+                setattr(params, _INT_KEYS[key], kind(value))
+    for key, name in _PAIR_KEYS.items():
+        setattr(params, name, _equivalence_classes(pairs[key]))
     return params
+
+
+def _equivalence_classes(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Undirected pairs -> every member's representative, the member of its class that comes
+    first in ``pairs``.
+
+    >>> _equivalence_classes([("ADVP", "PRT"), ("X", "Y"), ("PRT", "Z")])
+    {'ADVP': 'ADVP', 'PRT': 'ADVP', 'Z': 'ADVP', 'X': 'X', 'Y': 'X'}
+    """
+    neighbours: dict[str, list[str]] = defaultdict(list)
+    for a, b in pairs:
+        neighbours[a].append(b)
+        neighbours[b].append(a)
+    representative: dict[str, str] = {}
+    for first in neighbours:  # insertion order: first appearance
+        stack = [first]
+        while stack:
+            member = stack.pop()
+            if member not in representative:
+                representative[member] = first
+                stack.extend(neighbours[member])
+    return representative
 
 
 def bracketings(tree: Tree, keep: dict[int, int], params: EvalParams) -> Counter[Bracket]:
     """Multiset of brackets of ``tree``: every node that is not a preterminal and whose label is
     not deleted, with its yield restricted to ``keep`` (old index -> new index) and renumbered;
-    nodes whose restricted yield is empty are skipped."""
+    nodes whose restricted yield is empty (or, with ``disc_only``, contiguous) are skipped."""
     out: Counter[Bracket] = Counter()
     for node in tree.subtrees():
         if node.is_preterminal or node.label in params.delete_label:
             continue
         span = frozenset(keep[i] for i in node.leaves() if i in keep)
-        if span:
+        if span and (not params.disc_only or _is_disc(span)):
             label = params.eq_label.get(node.label, node.label) if params.labeled else ""
             out[label, span] += 1
     return out
@@ -114,12 +174,29 @@ def _prf(matched: int, gold: int, pred: int) -> tuple[float, float, float]:
     return p, r, _safe_div(2 * p * r, p + r)
 
 
-def _check_tree(sentence: TreebankSentence, role: str) -> None:
+def _check_tree(sentence: TreebankSentence, role: str, name: str) -> None:
     leaves = sentence.tree.leaves()
     n = len(sentence.words)
     if len(set(leaves)) != len(leaves) or (leaves and (leaves[0] < 0 or leaves[-1] >= n)):
-        raise ValueError(f"{role} sentence {sentence.id}: terminal indices {leaves} are not distinct "
-                         f"indices into its {n} words")
+        raise ValueError(f"{name}: the {role} terminal indices {leaves} are not distinct indices into "
+                         f"its {n} words")
+
+
+def _check_words(gold: TreebankSentence, pred: TreebankSentence, params: EvalParams, name: str) -> None:
+    """Raise ValueError naming the sentence and the differing words unless ``pred`` holds the
+    words of ``gold`` (up to ``EQ_WORD``)."""
+    same = params.eq_word.get
+    differ = [i for i, (g, p) in enumerate(zip(gold.words, pred.words)) if same(g, g) != same(p, p)]
+    if len(gold.words) != len(pred.words):
+        i = differ[0] if differ else min(len(gold.words), len(pred.words))
+        word = {role: repr(words[i]) if i < len(words) else "none" for role, words in
+                (("gold", gold.words), ("predicted", pred.words))}
+        raise ValueError(f"{name}: gold has {len(gold.words)} words, prediction {len(pred.words)} (first "
+                         f"difference at word {i}: gold {word['gold']}, predicted {word['predicted']})")
+    if differ:
+        shown = ", ".join(f"word {i}: gold {gold.words[i]!r}, predicted {pred.words[i]!r}" for i in differ[:5])
+        more = f" and {len(differ) - 5} more" if len(differ) > 5 else ""
+        raise ValueError(f"{name}: gold and predicted words differ ({shown}{more})")
 
 
 def evaluate(gold: Sequence[TreebankSentence], pred: Sequence[TreebankSentence],
@@ -129,6 +206,11 @@ def evaluate(gold: Sequence[TreebankSentence], pred: Sequence[TreebankSentence],
     Args:
         params: an :class:`EvalParams`, a parameter file path, or None for ``proper.prm``.
         check_ids: raise if paired sentences have different ids.
+
+    Raises ValueError naming the sentence (number and id) when paired sentences have different
+    ids, different words (up to ``EQ_WORD``) or terminal indices that are not their words'.
+    ``CUTOFF_LEN`` keeps the sentences of at most that many words counted as EVALB counts them,
+    punctuation included (the figures of disco-dop's ``<= CUTOFF_LEN`` column; 0: all).
 
     Returns:
         a dict with counts (``sentences``, ``gold_brackets``, ``pred_brackets``,
@@ -145,19 +227,21 @@ def evaluate(gold: Sequence[TreebankSentence], pred: Sequence[TreebankSentence],
     gold_by_label: Counter[str] = Counter()
     pred_by_label: Counter[str] = Counter()
     match_by_label: Counter[str] = Counter()
-    for g, p in zip(gold, pred):
+    for number, (g, p) in enumerate(zip(gold, pred), 1):
+        name = f"sentence {number} (id {g.id})"
         if check_ids and g.id != p.id:
-            raise ValueError(f"sentence ids differ: gold {g.id!r}, predicted {p.id!r}")
-        if len(g.words) != len(p.words):
-            raise ValueError(f"sentence {g.id}: gold has {len(g.words)} words, prediction "
-                             f"{len(p.words)}")
-        _check_tree(g, "gold")
-        _check_tree(p, "predicted")
+            raise ValueError(f"{name}: sentence ids differ: gold {g.id!r}, predicted {p.id!r}")
+        _check_words(g, p, params, name)
+        _check_tree(g, "gold", name)
+        _check_tree(p, "predicted", name)
         gold_tags = g.pos_tags
-        kept = [i for i in range(len(g.words))
-                if gold_tags[i] not in params.delete_pos and g.words[i] not in params.delete_word]
-        if params.cutoff_len and len(kept) > params.cutoff_len:
+        # the length as EVALB counts it: every word but those tagged DELETE_LABEL_FOR_LENGTH
+        if params.cutoff_len and sum(t not in params.delete_label_for_length for t in gold_tags) > params.cutoff_len:
             continue
+        under_root = ({c.children[0] for c in g.tree.children if isinstance(c, Tree) and c.is_preterminal}
+                      if params.delete_root_preterms else set())
+        kept = [i for i in range(len(g.words)) if gold_tags[i] not in params.delete_label
+                and g.words[i] not in params.delete_word and i not in under_root]
         keep = {old: new for new, old in enumerate(kept)}
         gb, pb = bracketings(g.tree, keep, params), bracketings(p.tree, keep, params)
         common = gb & pb

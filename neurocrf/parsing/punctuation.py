@@ -3,8 +3,8 @@
 Which tokens are punctuation: those whose POS tag (preterminal label) is in :data:`PUNCT_TAGS`
 (Alpino ``punct`` / ``LET``; NeGra/Tiger ``$,`` ``$(`` ``$.``; Penn ``,`` ``.`` ``:`` ``````
 ``''``, the EVALB set) and, if ``word_regex`` is given, tokens whose word matches it in full.
-The same tag set is the ``DELETE_POS`` list of ``proper.prm``, so what is moved here is what the
-evaluation ignores.
+The same tag set is the punctuation ``DELETE_LABEL`` list of ``proper.prm``, so what is moved here
+is what the evaluation ignores.
 
 Strategy (:func:`move_punctuation`):
 

@@ -10,7 +10,9 @@ Equality is structural and ignores the order in which children are stored: two t
 their labels match and their children, each ordered by its smallest terminal, are pairwise equal.
 
 Text form (``str(tree)``) is the *discbracket* format: ``(S (VP (VB 0) (NN 2)) (X 1))``, with words
-``(S (VP (VB 0=is) (NN 2=x)) (X 1=y))``. Brackets inside words are written ``-LRB-`` / ``-RRB-``.
+``(S (VP (VB 0=is) (NN 2=x)) (X 1=y))``. As in disco-dop, brackets inside words are written
+``#LRB#`` / ``#RRB#`` and brackets inside labels as square brackets (the STTS tag ``$(`` is
+written ``$[``); reading undoes both.
 
 >>> t = Tree.parse("(S (VP (VB 0) (NN 2)) (X 1))")
 >>> t.children[0].blocks(), t.children[0].fanout()
@@ -34,17 +36,31 @@ __all__ = [
     "parse_bracketed",
     "escape_word",
     "unescape_word",
+    "escape_label",
+    "unescape_label",
     "random_tree",
 ]
 
 def escape_word(word: str) -> str:
-    """Word -> bracket-safe token: ``(`` and ``)`` become ``-LRB-`` / ``-RRB-``."""
-    return word.replace("(", "-LRB-").replace(")", "-RRB-")
+    """Word -> bracket-safe token: ``(`` and ``)`` become ``#LRB#`` / ``#RRB#``, as disco-dop
+    writes them (a Penn-style word ``-LRB-`` stays as it is)."""
+    return word.replace("(", "#LRB#").replace(")", "#RRB#")
 
 
 def unescape_word(token: str) -> str:
-    """Inverse of :func:`escape_word` (so the literal word ``-LRB-`` reads back as ``(``)."""
-    return token.replace("-LRB-", "(").replace("-RRB-", ")")
+    """Inverse of :func:`escape_word` (so the literal word ``#LRB#`` reads back as ``(``)."""
+    return token.replace("#LRB#", "(").replace("#RRB#", ")")
+
+
+def escape_label(label: str) -> str:
+    """Label -> bracket-safe token: ``(`` and ``)`` become ``[`` / ``]``, as disco-dop reads
+    tags such as ``$(`` from the export format."""
+    return label.replace("(", "[").replace(")", "]")
+
+
+def unescape_label(token: str) -> str:
+    """Inverse of :func:`escape_label` (so a literal ``[`` in a label reads back as ``(``)."""
+    return token.replace("[", "(").replace("]", ")")
 
 
 class Tree:
@@ -172,7 +188,7 @@ class Tree:
         return "".join(parts)
 
     def _write(self, parts: list[str], words: Sequence[str] | None) -> None:
-        parts.append("(" + self.label)
+        parts.append("(" + escape_label(self.label))
         for c in sorted(self.children, key=_child_key):
             parts.append(" ")
             if isinstance(c, Tree):
@@ -191,7 +207,7 @@ class Tree:
             if all(isinstance(c, int) for c in node.children):
                 lines.append(indent * depth + node.discbracket(words))
                 return
-            lines.append(indent * depth + "(" + node.label)
+            lines.append(indent * depth + "(" + escape_label(node.label))
             for c in sorted(node.children, key=_child_key):
                 if isinstance(c, Tree):
                     walk(c, depth + 1)
@@ -252,7 +268,7 @@ def parse_bracketed(text: str) -> tuple[Tree, dict[int, str]]:
     """Parse one discbracket tree.
 
     Returns the tree and a map terminal index -> word for terminals written ``i=word`` (words
-    unescaped). Raises ValueError (with the character offset) on malformed input. A node with an
+    and labels unescaped). Raises ValueError (with the character offset) on malformed input. A node with an
     empty label, as in ``( (S ...))``, gets the label ``""``.
     """
     words: dict[int, str] = {}
@@ -267,7 +283,7 @@ def parse_bracketed(text: str) -> tuple[Tree, dict[int, str]]:
         if tok == "(":
             label = ""
             if pos + 1 < len(tokens) and tokens[pos + 1][0] not in "()":
-                label = tokens[pos + 1][0]
+                label = unescape_label(tokens[pos + 1][0])
                 pos += 1
             node = Tree(label)
             if stack:

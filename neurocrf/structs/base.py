@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 import torch
 from torch import Tensor, nn
 
-from neurocrf.structs.chain import Chain, path_score
+from neurocrf.structs.chain import SEARCH_DTYPE, Chain, path_score
 from neurocrf.structs.distribution import ChainDistribution
 from neurocrf.structs.export import ViterbiDecoder, refuse_capture
 
@@ -178,9 +178,11 @@ class ChainCRF(nn.Module):
         out = compact.new_full((batch, seq_len, *compact.shape[2:]), fill)
         return out.scatter(1, index.view(*index.shape, 1).expand_as(compact), compact)
 
-    def _prepare(self, emissions: Tensor, mask: Tensor | None):
+    def _prepare(self, emissions: Tensor, mask: Tensor | None, dtype: torch.dtype | None = None):
+        """Checked mask, compaction order, lengths, width, compacted emissions and potentials, in
+        ``dtype`` (default: the compute dtype of ``emissions``)."""
         mask = self._check(emissions, mask)
-        dtype = self._compute_dtype(emissions)
+        dtype = dtype or self._compute_dtype(emissions)
         order, lengths, width = self._compaction(mask)
         compact = self._gather_positions(emissions.to(dtype), order, width)
         start, transitions, end = self._potentials(dtype)
@@ -322,22 +324,26 @@ class ChainCRF(nn.Module):
 
     @_float_math
     def decode(self, emissions: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Viterbi tags ``[batch, seq_len]`` (-1 at masked positions)."""
-        mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
+        """Viterbi tags ``[batch, seq_len]`` (-1 at masked positions), found in float64 whatever
+        the emissions' dtype (see :data:`~neurocrf.structs.chain.SEARCH_DTYPE`)."""
+        mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask, SEARCH_DTYPE)
         with torch.no_grad():
             states, _ = Chain(*potentials, self._state_emissions(compact), lengths).viterbi()
         return self._scatter_positions(self._state_to_tag(states), order, width, -1, emissions.shape[1])
 
     @_float_math
     def nbest(self, emissions: Tensor, mask: Tensor | None = None, k: int = 5) -> tuple[Tensor, Tensor]:
-        """The ``k`` most probable tag sequences.
+        """The ``k`` most probable tag sequences, best first: the first is :meth:`decode`'s path.
+
+        Computed in float64 whatever the emissions' dtype: on long sentences float32 path scores
+        are too coarse to order the paths (see :data:`~neurocrf.structs.chain.SEARCH_DTYPE`).
 
         Returns:
             tags ``[batch, k, seq_len]`` (-1 at masked positions and for missing paths) and their
-            log-probabilities ``[batch, k]`` (``-inf`` where a row has fewer than ``k`` paths; all
-            ``-inf`` for a row without any valid path).
+            float64 log-probabilities ``[batch, k]``, non-increasing (``-inf`` where a row has
+            fewer than ``k`` paths; all ``-inf`` for a row without any valid path).
         """
-        mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
+        mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask, SEARCH_DTYPE)
         with torch.no_grad():
             state_emissions = self._state_emissions(compact)
             states, scores = Chain(*potentials, state_emissions, lengths).kbest(k)

@@ -21,6 +21,11 @@ The log partition and marginals run a rescaled forward-backward in float64 proba
 (matrix products, several times faster than logsumexp) whenever it can be certified to equal the
 log-space computation (see :class:`_ExpScan`), and the float64 log-space scan otherwise.
 
+The max and k-max scans (Viterbi, k best) compare whole path scores, which on a long sentence
+reach magnitudes where float32 numbers are far apart (1e-3 at 1e4): paths that differ in a
+position or two would tie or swap. They always run in float64 (:data:`SEARCH_DTYPE`), where sums of
+float32 scores are exact for any practical length, so the Viterbi path is the first of the k best.
+
 Time O(T |S| C) per row for every quantity; training memory O(B T |S|): the hand-written backward
 pass keeps the forward scores only, never a graph of ``[B, T, |S|, C]`` intermediates. Only when
 that backward pass is itself differentiated (``create_graph=True``: gradients of marginals or of
@@ -40,9 +45,11 @@ import torch
 from torch import Tensor
 
 from neurocrf.structs import fast_first_order, fast_pairs
-from neurocrf.structs.semiring import KMaxSemiring, LogSemiring
+from neurocrf.structs.semiring import KMaxSemiring, LogSemiring, top_first
 
 NEG_INF = float("-inf")
+# dtype of the max and k-max scans, whatever the potentials' dtype (see the module docstring)
+SEARCH_DTYPE = torch.float64
 # Edge-marginal blocks above this many elements are computed in time chunks.
 _EDGE_CHUNK_ELEMENTS = 1 << 24
 
@@ -289,8 +296,18 @@ class Chain:
         rest = width ** (self.order - 1)
         return source * rest + torch.div(state, width, rounding_mode="floor")
 
+    def _for_search(self) -> Chain | None:
+        """This chain with its potentials in :data:`SEARCH_DTYPE`, or None if they are already."""
+        if self._originals[3].dtype == SEARCH_DTYPE:
+            return None
+        return Chain(*(x.to(SEARCH_DTYPE) for x in self._originals), self.lengths)
+
     def viterbi(self) -> tuple[Tensor, Tensor]:
-        """Best path: original flat states ``[batch, seq_len]`` (-1 past each length), scores ``[batch]``."""
+        """Best path: original flat states ``[batch, seq_len]`` (-1 past each length), float64
+        scores ``[batch]``."""
+        wide = self._for_search()
+        if wide is not None:
+            return wide.viterbi()
         # >>> fast paths: first order or pair states, shared transitions (fast_first_order, fast_pairs)
         if self.order == 1 and self._fast_path():
             return fast_first_order.viterbi(*self._originals, self.lengths)
@@ -325,10 +342,14 @@ class Chain:
         return states.masked_fill(torch.isneginf(best_score), -1), best_score.squeeze(1)  # -1: no valid path
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor]:
-        """The k best paths: original flat states ``[batch, k, seq_len]`` and scores ``[batch, k]``.
+        """The k best paths: original flat states ``[batch, k, seq_len]`` and float64 scores
+        ``[batch, k]``, best first (the first path is :meth:`viterbi`'s).
 
         Where fewer than k paths exist the missing ones have score ``-inf`` and states -1.
         """
+        wide = self._for_search()
+        if wide is not None:
+            return wide.kbest(k)
         semiring = KMaxSemiring(k)
         steps, batch = self.seq_len + 1, self.batch
         if batch == 0:
@@ -342,12 +363,7 @@ class Chain:
             best, pointer = semiring.plus_with_argmax(score.unsqueeze(-2) + _moves_into(moves, self.emissions, t))
             score = best + self.emissions[t].unsqueeze(-1)
             pointers[t] = pointer.reshape(batch, num_states, k)
-        final = score.reshape(batch, num_states * k)
-        top = min(k, final.shape[1])
-        best_scores, flat = final.topk(top, dim=1)
-        if top < k:
-            best_scores = torch.cat([best_scores, best_scores.new_full((batch, k - top), NEG_INF)], 1)
-            flat = torch.cat([flat, flat.new_zeros((batch, k - top))], 1)
+        best_scores, flat = top_first(score.reshape(batch, num_states * k), k)
         state, rank = torch.div(flat, k, rounding_mode="floor"), flat % k
         pointers = pointers.reshape(steps, batch, num_states * k)
         paths = torch.empty((batch, k, self.seq_len), dtype=torch.long, device=state.device)

@@ -134,11 +134,13 @@ class ChainDistribution:
         return log_probs.reshape(lead + (self.batch_size,))
 
     def _path_scores(self, states: Tensor, rows: Tensor) -> Tensor:
-        """``[R]`` unnormalised scores of compacted state paths ``[R, width]`` of batch rows ``rows``."""
-        start, moves, end = self._potentials
+        """``[R]`` float64 unnormalised scores of compacted state paths ``[R, width]`` of batch rows
+        ``rows`` (float32 sums of a long path would lose the order of nearly equal paths)."""
+        start, moves, end = (x.to(torch.float64) for x in self._potentials)
         if moves.dim() > start.dim() + 1:  # per-position transitions belong to their rows
             moves = moves[rows]
-        return path_score(start, moves, end, self._state_emissions[rows], states, self.lengths[rows])
+        emissions = self._state_emissions[rows].to(torch.float64)
+        return path_score(start, moves, end, emissions, states, self.lengths[rows])
 
     def _normalised(self, scores: Tensor, rows: Tensor) -> Tensor:
         """Path scores ``[R]`` of rows ``rows`` -> log-probabilities in the compute dtype."""
@@ -307,7 +309,10 @@ class ChainDistribution:
     def topk(self, k: int) -> tuple[Tensor, Tensor]:
         """The ``k`` most probable tag sequences: tags ``[batch, k, seq_len]`` (-1 at masked positions
         and for missing sequences) and their log-probabilities ``[batch, k]`` (``-inf`` where a row
-        has fewer than ``k`` sequences), differentiable."""
+        has fewer than ``k`` sequences), differentiable. The paths are ranked in float64 and the
+        first is the layer's ``decode`` path; the log-probabilities, computed in float64 and
+        rounded to the compute dtype, are non-increasing (float32 may round neighbours to one
+        value on long sentences: ``crf.nbest`` gives them in float64)."""
         if k < 1:
             raise ValueError(f"k must be positive, got {k}")
         batch = self.batch_size

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch import Tensor, nn
 
+from neurocrf.structs.chain import SEARCH_DTYPE
+
 if TYPE_CHECKING:
     from neurocrf.structs.base import ChainCRF
 
@@ -126,7 +128,7 @@ class ViterbiDecoder(nn.Module):
         # everything entering the scans is detached (decoding has no gradient, and the scan operator
         # refuses inputs that require grad); no torch.no_grad region, which an export would record
         with _autocast_off(emissions.device.type):
-            dtype = crf._compute_dtype(emissions)
+            dtype = SEARCH_DTYPE  # as crf.decode: float32 sums lose the order of long paths
             destination = _compaction(mask)
             compact = _scatter_positions(emissions.detach().to(dtype), destination)
             start, transitions, end = (p.detach() for p in crf._potentials(dtype))

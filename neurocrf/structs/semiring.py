@@ -7,6 +7,7 @@ semiring decides what "plus" is:
 - :class:`LogSemiring` (``logsumexp``): log partition function; its gradient gives the marginals.
 - :class:`MaxSemiring` (``max`` with argmax): Viterbi.
 - :class:`KMaxSemiring` (top-k over a flattened ``(previous state, rank)`` axis): n-best Viterbi.
+  Ties keep the lower index first, as ``max`` does, so rank 0 follows exactly the Viterbi path.
 
 All reductions take ``scores`` shaped ``[batch, source, *rest]`` and reduce ``source`` (dim 1).
 """
@@ -69,10 +70,21 @@ class KMaxSemiring:
     def plus_with_argmax(self, scores: Tensor) -> tuple[Tensor, Tensor]:
         """``scores`` ``[batch, source, *rest, k]`` -> values, pointers ``[batch, *rest, k]``."""
         flat = scores.movedim(1, -2).flatten(-2)  # [batch, *rest, source * k]
-        k = min(self.k, flat.shape[-1])
-        values, pointers = flat.topk(k, dim=-1)
-        if k < self.k:
-            pad = self.k - k
-            values = torch.cat([values, values.new_full((*values.shape[:-1], pad), self.zero)], -1)
-            pointers = torch.cat([pointers, pointers.new_zeros((*pointers.shape[:-1], pad))], -1)
-        return values, pointers
+        return top_first(flat, self.k)
+
+
+def top_first(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest of ``scores`` ``[..., n]`` along the last dim and their indices, best
+    first; equal values keep the lower index first (the index ``max`` returns), and ``-inf``
+    values with index 0 pad the result where ``n < k``.
+
+    >>> top_first(torch.tensor([1.0, 3.0, 3.0]), 4)
+    (tensor([3., 3., 1., -inf]), tensor([1, 2, 0, 0]))
+    """
+    values, indices = scores.sort(dim=-1, descending=True, stable=True)
+    values, indices = values[..., :k], indices[..., :k]
+    pad = k - values.shape[-1]
+    if pad > 0:
+        values = torch.cat([values, values.new_full((*values.shape[:-1], pad), float("-inf"))], -1)
+        indices = torch.cat([indices, indices.new_zeros((*indices.shape[:-1], pad))], -1)
+    return values, indices
