@@ -1,7 +1,7 @@
 """Supertag-based discontinuous parsing of the Alpino treebank (Ruprecht & Mörbitz 2021), end to end on CPU.
 
-    python scripts/reproduce_alpino.py --epochs 30 --out docs/alpino_results.md
-    python scripts/reproduce_alpino.py --epochs 1 --limit 400 --out /tmp/smoke.md   # smoke test
+    python scripts/reproduce_alpino.py --epochs 30 --out alpino_results.md
+    python scripts/reproduce_alpino.py --epochs 1 --limit 400 --out smoke.md   # smoke test
 
 Steps, each one run of an entry point as a user would type it (``python -m neurocrf.cli.<name>``,
 its run directory under ``--workdir``), whose files the table is built from:
@@ -218,7 +218,7 @@ def results_table(args: argparse.Namespace, stats: dict, oracle: dict, reports: 
         "",
         ("k: supertags per token given to the parser; `10 (+50)`: sentences without a parse at k = 10 "
          "are parsed once more with their 50 best supertags (an extension, not the paper's setting). "
-         "Speeds are measured on the (shared) machine that trained the model, single-threaded."),
+         "Speeds are measured on the machine that trained the model, with its --threads torch threads."),
         "",
         (f"Total wall time {total_minutes:.1f} min. Command: `python scripts/reproduce_alpino.py "
          f"--epochs {args.epochs} --max-minutes {args.max_minutes:g} --hidden {args.hidden} --layers {args.layers} "

