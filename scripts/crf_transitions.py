@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from neurocrf.models.checkpoints import TAGGER, read_checkpoint
+
 
 def allowed_entries(state: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
     """``head.transitions`` ``[L, L]`` and the boolean mask of its allowed entries."""
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parser.parse_args(argv)
     rows = []
     for path in args.checkpoints:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = read_checkpoint(path, TAGGER)
         transitions, mask = allowed_entries(checkpoint["state_dict"])
         row: dict[str, Any] = {"checkpoint": path, "allowed": int(mask.sum()), "num_tags": transitions.shape[0],
                                **summary(transitions[mask])}

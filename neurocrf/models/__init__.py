@@ -12,6 +12,8 @@ _LAZY = {
     "Supertagger": "neurocrf.models.supertagger",
     "KBestTags": "neurocrf.models.supertagger",
     "SupertagDataModule": "neurocrf.models.supertag_data",
+    "CheckpointError": "neurocrf.models.checkpoints",
+    "read_checkpoint": "neurocrf.models.checkpoints",
     "SoftmaxHead": "neurocrf.models.heads",
     "build_head": "neurocrf.models.heads",
     "Prediction": "neurocrf.models.prediction",
