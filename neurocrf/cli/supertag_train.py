@@ -27,7 +27,6 @@ from typing import Any
 
 import hydra
 import pytorch_lightning as pl
-import torch
 from omegaconf import DictConfig
 
 from neurocrf.cli.utils import (
@@ -40,6 +39,7 @@ from neurocrf.cli.utils import (
     start_options,
     to_plain,
 )
+from neurocrf.models.checkpoints import SUPERTAGGER, read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def source_checkpoint(cfg: DictConfig) -> tuple[str, dict[str, Any]] | None:
     path = ckpt_path or init_from
     if not path:
         return None
-    return str(path), torch.load(path, map_location="cpu", weights_only=True)
+    return str(path), read_checkpoint(path, SUPERTAGGER)
 
 
 def build_datamodule(cfg: DictConfig, source: tuple[str, dict[str, Any]] | None = None) -> Any:

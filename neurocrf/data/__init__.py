@@ -1,6 +1,7 @@
 """neurocrf.data: column corpora, tag schemes, vocabularies, the sample corpus, batching.
 
 ``conll``       read_conll / write_conll / Sentence / ConllFormatError
+``inputs``      read_input: files to tag, CoNLL or plain text (the format never guessed from a part)
 ``schemes``     IOB1, IOB2, BIOES: convert_tags, get_spans, validate_tags
 ``vocab``       Vocabulary
 ``sample``      ensure_sample_corpus (the built-in generated corpus)

@@ -9,6 +9,8 @@ from typing import Any
 
 _LAZY = {
     "Tagger": "neurocrf.models.tagger",
+    "CheckpointError": "neurocrf.models.checkpoints",
+    "read_checkpoint": "neurocrf.models.checkpoints",
     "SoftmaxHead": "neurocrf.models.heads",
     "build_head": "neurocrf.models.heads",
     "Prediction": "neurocrf.models.prediction",

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from neurocrf.encoders import build_encoder
+from neurocrf.models.checkpoints import TAGGER, load_module
 from neurocrf.models.heads import build_head
 from neurocrf.models.lbfgs import FullBatchLBFGS
 from neurocrf.models.metrics import SpanScores, span_scores, write_report, write_tag_rows
@@ -38,7 +39,7 @@ from neurocrf.models.optim import (
     is_full_batch,
     l2_penalty,
 )
-from neurocrf.models.prediction import Prediction, build_predictions
+from neurocrf.models.prediction import NBestPath, Prediction, build_predictions
 from neurocrf.models.records import Record, dedupe_records, pad_records, unpad_records
 from neurocrf.structs import SecondOrderCRF
 
@@ -462,12 +463,9 @@ class Tagger(pl.LightningModule):
 
     @classmethod
     def load(cls, path: str | Path, map_location: Any = "cpu") -> Tagger:
-        """A trained tagger from a checkpoint (loaded with ``weights_only=True``), in eval mode."""
-        model = cls.load_from_checkpoint(
-            str(path), map_location=map_location, weights_only=True, restore=True
-        )
-        model.eval()
-        return model
+        """A trained tagger from a checkpoint (weights only), in eval mode; a file that is none
+        raises :class:`~neurocrf.models.checkpoints.CheckpointError` naming it and the problem."""
+        return load_module(cls, path, TAGGER, map_location)
 
     @torch.no_grad()
     def predict(
@@ -489,11 +487,11 @@ class Tagger(pl.LightningModule):
             raise ValueError(f"precision must be one of {PREDICT_PRECISIONS}, got {precision!r}")
         tokenised = [s.split() if isinstance(s, str) else list(s) for s in sentences]
         results: list[Prediction | None] = [None] * len(tokenised)
-        # Similar lengths together: less padding. Empty sentences need no model.
+        # Similar lengths together: less padding. Empty sentences need no model (n-best: the empty one).
         order = sorted((i for i, words in enumerate(tokenised) if words), key=lambda i: len(tokenised[i]))
         for i, words in enumerate(tokenised):
             if not words:
-                results[i] = Prediction(tokens=[], tags=[], scheme=self.scheme)
+                results[i] = Prediction([], [], self.scheme, nbest=[NBestPath([], 1.0, 0.0)] if nbest > 0 else [])
         was_training = self.training
         self.eval()
         try:

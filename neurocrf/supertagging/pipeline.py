@@ -222,15 +222,11 @@ def write_run(run: ParseRun, report: Mapping[str, Any], output: str | Path,
 
 
 def read_sentences(path: str | Path) -> tuple[list[str], list[list[str]]]:
-    """Whitespace-tokenised sentences, one per non-empty line; ids are the 1-based line numbers."""
-    path = Path(path)
-    if not path.is_file():
+    """Whitespace-tokenised sentences, one per non-empty line; ids are the 1-based line numbers.
+    A UTF-8 byte order mark is dropped; bytes that are not UTF-8 are an error naming file and line."""
+    from neurocrf.data.inputs import read_text_sentences
+
+    if not Path(path).is_file():
         raise FileNotFoundError(f"input file not found: {path}")
-    ids, words = [], []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            tokens = line.split()
-            if tokens:
-                ids.append(str(number))
-                words.append(tokens)
-    return ids, words
+    sentences = [s for s in read_text_sentences(path) if s.tokens]
+    return [str(s.line) for s in sentences], [s.tokens for s in sentences]

@@ -43,6 +43,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 from torch import Tensor, nn
 
 from neurocrf.encoders import build_encoder
+from neurocrf.models.checkpoints import SUPERTAGGER, load_module
 from neurocrf.models.optim import configure_optimizers
 from neurocrf.models.tagger import plain
 from neurocrf.parsing.parser import Parser, candidates_from_topk
@@ -351,11 +352,11 @@ class Supertagger(pl.LightningModule):
 
     @classmethod
     def load(cls, path: str | Path, map_location: Any = "cpu") -> Supertagger:
-        """A trained supertagger from a checkpoint (loaded with ``weights_only=True``), in eval mode."""
-        model = cls.load_from_checkpoint(str(path), map_location=map_location, weights_only=True,
-                                         restore=True)
-        model.eval()
-        return model
+        """A trained supertagger from a checkpoint (loaded with ``weights_only=True``), in eval mode.
+
+        Raises :class:`~neurocrf.models.checkpoints.CheckpointError` naming the file and the
+        problem (empty, truncated, not a checkpoint, a tagger checkpoint, ...)."""
+        return load_module(cls, path, SUPERTAGGER, map_location)
 
     @property
     def transform(self) -> dict[str, Any]:
