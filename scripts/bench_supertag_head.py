@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from neurocrf.models.supertag_head import FACTORS, build_supertag_head
 from neurocrf.models.callbacks import EMAWeights
+from neurocrf.supertagging.heads import FACTORS, build_supertag_head
 
 
 def synthetic_supertags(count: int, seed: int = 0) -> list[str]:

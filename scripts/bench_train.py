@@ -441,7 +441,7 @@ def benchmark(args: argparse.Namespace) -> str:
         f"Command: `{command}` ({time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s).",
         "",
         f"Machine: {before['cpu']}, {before['cores']} cores, {before['os']}; load average "
-        f"(1/5/15 min) {before['load']} at the start, {after['load']} at the end (the machine was shared).",
+        f"(1/5/15 min) {before['load']} at the start, {after['load']} at the end.",
         f"Software: python {platform.python_version()}, torch {torch.__version__}, flair {info['flair']} "
         f"(own venv, python {info['python']}, torch {info['torch']}); torch threads: neurocrf "
         f"{torch.get_num_threads()}, flair {info['threads']}.",

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from neurocrf.models.checkpoints import TAGGER, read_checkpoint
+
 
 def allowed_entries(state: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
     """``head.transitions`` ``[L, L]`` and the boolean mask of its allowed entries."""
@@ -88,15 +90,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parser.parse_args(argv)
     rows = []
     for path in args.checkpoints:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = read_checkpoint(path, TAGGER)
         transitions, mask = allowed_entries(checkpoint["state_dict"])
         row: dict[str, Any] = {"checkpoint": path, "allowed": int(mask.sum()), "num_tags": transitions.shape[0],
                                **summary(transitions[mask])}
         optimizer = checkpoint["hyper_parameters"].get("optimizer", {})
         row.update(lr=optimizer.get("lr"), head_lr=optimizer.get("head_lr"), steps=checkpoint.get("global_step"))
-        # the checkpoint callback's state (ModelCheckpoint or its subclass BestCheckpoint)
-        callback = next((v for v in checkpoint.get("callbacks", {}).values() if "best_model_score" in v), None)
-        if callback and callback.get("best_model_score") is not None:
+        # the best-checkpoint callback's state (the last-epoch callback keeps no score)
+        callback = next((v for v in checkpoint.get("callbacks", {}).values()
+                         if isinstance(v, dict) and v.get("best_model_score") is not None), None)
+        if callback:
             row["best_dev_f1"] = float(callback["best_model_score"])
         if args.initial:
             start, _ = allowed_entries(initial_state(checkpoint["hyper_parameters"]["config"]))

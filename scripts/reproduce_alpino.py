@@ -1,17 +1,19 @@
 """Supertag-based discontinuous parsing of the Alpino treebank (Ruprecht & Mörbitz 2021), end to end on CPU.
 
-    python scripts/reproduce_alpino.py --epochs 30 --out docs/alpino_results.md
-    python scripts/reproduce_alpino.py --epochs 1 --limit 400 --out /tmp/smoke.md   # smoke test
+    python scripts/reproduce_alpino.py --epochs 30 --out alpino_results.md
+    python scripts/reproduce_alpino.py --epochs 1 --limit 400 --out smoke.md   # smoke test
 
-Steps, all through the project's entry-point functions (the same code paths as the CLIs):
+Steps, each one run of an entry point as a user would type it (``python -m neurocrf.cli.<name>``,
+its run directory under ``--workdir``), whose files the table is built from:
 
-1. ``neurocrf.cli.extract``: the supertag corpus of ``configs/treebank/alpino.yaml`` and its
-   statistics (split by sentence id: last 10% test, the 10% before dev);
-2. oracle: the gold supertags of the test split at k = 1 through the parse code path (the upper
-   bound set by extraction, parsing and restoring);
-3. ``neurocrf.cli.supertag_train``: a BiLSTM supertagger (word + char CNN embeddings, supertag and
-   preterminal softmax heads), checkpoints by dev supertag accuracy;
-4. ``neurocrf.cli.parse``: the test split parsed with the best checkpoint at k = 10 (and k = 1),
+1. ``neurocrf-extract``: the supertag corpus of ``configs/treebank/alpino.yaml`` and its
+   statistics (split by sentence id: last 10% test, the 10% before dev; ``extract/stats.json``);
+2. oracle: ``neurocrf-parse oracle=true``, the gold supertags of the test split at k = 1 (the
+   upper bound set by extraction, parsing and restoring);
+3. ``neurocrf-supertag``: a BiLSTM supertagger (word + char CNN embeddings, supertag and
+   preterminal softmax heads), checkpoints by dev supertag accuracy (``train/checkpoints``,
+   metrics in ``train/csv/version_0/metrics.csv``);
+4. ``neurocrf-parse``: the test split parsed with the best checkpoint at k = 10 (and k = 1),
    tagging and parsing timed separately, evaluated with ``proper.prm`` (root and punctuation
    removed, ADVP = PRT).
 
@@ -23,25 +25,46 @@ sentences/s (tagging + parsing) and parsing-only sentences/s. Reads the treebank
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-import torch
-from omegaconf import DictConfig
-
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from neurocrf.cli.utils import compose_task_config
 
 
-def compose_config(name: str, output_dir: Path, overrides: list[str]) -> DictConfig:
-    output_dir.mkdir(parents=True, exist_ok=True)
-    return compose_task_config(name, output_dir, overrides)
+def run_entry_point(module: str, run_dir: Path, overrides: list[str], threads: int) -> None:
+    """``python -m neurocrf.cli.<module> <overrides>`` with its run directory at ``run_dir``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    subprocess.run([sys.executable, "-m", f"neurocrf.cli.{module}", f"hydra.run.dir={run_dir}", *overrides],
+                   check=True, env=env)
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def training_outcome(run_dir: Path) -> tuple[str, dict[str, float], int]:
+    """The best checkpoint of a ``neurocrf-supertag`` run, the last logged value of each metric,
+    and the number of epochs run."""
+    best = sorted((run_dir / "checkpoints").glob("epoch_*.ckpt"))
+    if len(best) != 1:
+        raise RuntimeError(f"expected one best checkpoint in {run_dir / 'checkpoints'}, found {len(best)}")
+    metrics: dict[str, float] = {}
+    epochs = 0
+    with open(run_dir / "csv" / "version_0" / "metrics.csv", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            metrics.update({key: float(value) for key, value in row.items()
+                            if value and key not in ("epoch", "step")})
+            if row.get("val/supertag_acc"):
+                epochs = max(epochs, int(row["epoch"]) + 1)
+    return str(best[0]), metrics, epochs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,26 +96,26 @@ def main(argv: list[str] | None = None) -> int:
                     help="extra Hydra override of the training config (repeatable), e.g. treebank.v=2")
     args = ap.parse_args(argv)
 
-    torch.set_num_threads(args.threads)
     work = Path(args.workdir).resolve()
     treebank = ["treebank=alpino"] + ([f"treebank.limit={args.limit}"] if args.limit else [])
     started = time.perf_counter()
 
-    from neurocrf.cli.extract import extract
-    from neurocrf.cli.parse import parse
-    from neurocrf.cli.supertag_train import train
+    def parse(name: str, overrides: list[str]) -> dict:
+        run_entry_point("parse", work / name, [*treebank, *overrides], args.threads)
+        return read_json(work / name / "parse_report.json")
 
     print("== 1. extraction", flush=True)
-    stats = extract(compose_config("extract", work / "extract", treebank))
+    run_entry_point("extract", work / "extract", treebank, args.threads)
+    stats = read_json(work / "extract" / "stats.json")
 
     print("== 2. oracle: gold supertags, k = 1", flush=True)
-    oracle = parse(compose_config("parse", work / "oracle", [*treebank, "oracle=true", "k=1", "split=test"]))
+    oracle = parse("oracle", ["oracle=true", "k=1", "split=test"])
 
     print("== 3. supertagger training", flush=True)
     minutes = int(args.max_minutes)
     seconds = round((args.max_minutes - minutes) * 60)
     ema = ["callbacks=[default,ema]", f"callbacks.ema.decay={args.ema}"] if args.ema else []
-    train_cfg = compose_config("supertag", work / "train", [
+    train_overrides = [
         *treebank,
         *ema,
         f"heads.factors=[{args.factors}]",
@@ -117,21 +140,19 @@ def main(argv: list[str] | None = None) -> int:
         "parsing.val_every_n_epochs=5",
         "final_parse.splits=[dev]",
         *args.override,
-    ])
+    ]
     train_start = time.perf_counter()
-    metrics, objects = train(train_cfg)
+    run_entry_point("supertag_train", work / "train", train_overrides, args.threads)
     train_minutes = (time.perf_counter() - train_start) / 60
-    ckpt = objects["ckpt_path"]
-    epochs_run = int(objects["trainer"].current_epoch)
+    ckpt, metrics, epochs_run = training_outcome(work / "train")
 
     print(f"== 4. parsing the test split with {ckpt}", flush=True)
     reports = {}
     for k in sorted({args.k, 1}, reverse=True):
-        reports[str(k)] = parse(compose_config("parse", work / f"parse_k{k}", [
-            *treebank, f"ckpt_path={ckpt}", "split=test", f"k={k}", "fallback_k=null"]))
+        reports[str(k)] = parse(f"parse_k{k}", [f"ckpt_path={ckpt}", "split=test", f"k={k}", "fallback_k=null"])
     if args.fallback_k > args.k:
-        reports[f"{args.k} (+{args.fallback_k})"] = parse(compose_config("parse", work / "parse_fallback", [
-            *treebank, f"ckpt_path={ckpt}", "split=test", f"k={args.k}", f"fallback_k={args.fallback_k}"]))
+        reports[f"{args.k} (+{args.fallback_k})"] = parse("parse_fallback", [
+            f"ckpt_path={ckpt}", "split=test", f"k={args.k}", f"fallback_k={args.fallback_k}"])
 
     total_minutes = (time.perf_counter() - started) / 60
     table = results_table(args, stats, oracle, reports, metrics, epochs_run, train_minutes, total_minutes)
@@ -197,7 +218,7 @@ def results_table(args: argparse.Namespace, stats: dict, oracle: dict, reports: 
         "",
         ("k: supertags per token given to the parser; `10 (+50)`: sentences without a parse at k = 10 "
          "are parsed once more with their 50 best supertags (an extension, not the paper's setting). "
-         "Speeds are measured on the (shared) machine that trained the model, single-threaded."),
+         "Speeds are measured on the machine that trained the model, with its --threads torch threads."),
         "",
         (f"Total wall time {total_minutes:.1f} min. Command: `python scripts/reproduce_alpino.py "
          f"--epochs {args.epochs} --max-minutes {args.max_minutes:g} --hidden {args.hidden} --layers {args.layers} "

@@ -302,7 +302,7 @@ def run_grid(args: argparse.Namespace) -> None:
 
         def peer() -> dict[str, Any]:
             dm = held.get("dm")
-            if dm is None:  # neurocrf's row came from an earlier run: rebuild the same data
+            if dm is None:  # neurocrf's row is already in results.jsonl: rebuild the same data
                 dm = _datamodule("chunking_conll2000_features", workdir / "conll2000_data", 1, fraction)
             return run_crfsuite(dm.train_sentences, dm.test_sentences, templates, workdir / "conll2000_crfsuite",
                                 max_iterations=args.conll2000_iterations,

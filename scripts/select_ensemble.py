@@ -25,10 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from neurocrf.cli.parse import gold_split, summarize, tag_and_parse
 from neurocrf.cli.utils import compose_task_config, to_plain
-from neurocrf.models.supertag_cache import SavedSupertags
-from neurocrf.models.supertag_data import supertag_corpus
+from neurocrf.parsing.treebank import load_split
+from neurocrf.supertagging.pipeline import gold_tags, summarize, tag_and_parse
+from neurocrf.supertagging.saved_tags import SavedSupertags
 
 
 class Split:
@@ -36,7 +36,7 @@ class Split:
 
     def __init__(self, treebank: dict, name: str) -> None:
         self.name = name
-        self.gold = gold_split(treebank, name)
+        self.gold = load_split(treebank, name)
         self.ids = [s.id for s in self.gold]
         self.words = [s.words for s in self.gold]
         self.scores: dict[tuple[tuple[str, ...], int], dict] = {}
@@ -46,11 +46,8 @@ class Split:
         if key not in self.scores:
             tagger = SavedSupertags.read([files[m] for m in key[0]])
             run = tag_and_parse(tagger, self.ids, self.words, k=k, time_limit=time_limit)
-            transform = tagger.transform
-            corpus, _ = supertag_corpus(self.gold, move_punctuation=bool(transform.get("move_punctuation", True)),
-                                        h=int(transform.get("h", 0)), v=int(transform.get("v", 1)))
-            self.scores[key] = summarize(run, self.gold, gold_supertags=[s.supertags for s in corpus],
-                                         gold_preterminals=[s.preterminals for s in corpus])
+            supertags, preterminals = gold_tags(self.gold, tagger.transform)
+            self.scores[key] = summarize(run, self.gold, gold_supertags=supertags, gold_preterminals=preterminals)
         return self.scores[key]
 
 

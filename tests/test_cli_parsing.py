@@ -19,11 +19,12 @@ from neurocrf.cli.parse import parse
 from neurocrf.cli.parse_evaluate import evaluate_predictions
 from neurocrf.cli.supertag_train import train
 from neurocrf.cli.utils import compose_task_config
-from neurocrf.models.supertag_data import load_treebank, read_supertag_corpus
-from neurocrf.models.supertag_cache import read_tag_file
-from neurocrf.models.supertag_head import FactoredSupertagHead
-from neurocrf.models.supertagger import Supertagger
 from neurocrf.parsing import read_treebank
+from neurocrf.parsing.treebank import load_treebank
+from neurocrf.supertagging.data import read_supertag_corpus
+from neurocrf.supertagging.heads import FactoredSupertagHead
+from neurocrf.supertagging.saved_tags import read_tag_file
+from neurocrf.supertagging.supertagger import Supertagger
 
 TINY = ["encoder.word_dim=32", "encoder.char=null", "encoder.hidden_size=64", "encoder.dropout=0.0",
         "heads.dropout=0.0", "optimizer.lr=0.01", "data.batch_size=8"]
@@ -294,8 +295,8 @@ def test_select_ensemble_best_k_takes_the_best_dev_f1_and_the_first_on_a_tie() -
 
 
 def test_fallback_k_reparses_only_noparse_sentences() -> None:
-    from neurocrf.cli.parse import summarize, tag_and_parse
-    from neurocrf.models.supertagger import KBestTags
+    from neurocrf.supertagging.pipeline import summarize, tag_and_parse
+    from neurocrf.supertagging.source import KBestTags
 
     class Stub:
         """Token 1's best supertag has a root label the parser does not accept."""

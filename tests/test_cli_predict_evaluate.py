@@ -12,10 +12,11 @@ import pytest
 from omegaconf import DictConfig
 
 from neurocrf.cli.evaluate import evaluate
-from neurocrf.cli.predict import detect_input_format, predict
+from neurocrf.cli.predict import predict
 from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import read_conll
+from neurocrf.data.inputs import detect_input_format
 from neurocrf.data.sample import ensure_sample_corpus
 from neurocrf.data.schemes import convert_tags, validate_tags
 from neurocrf.models.metrics import span_scores
@@ -125,16 +126,6 @@ def test_predict_nbest_on_a_10000_token_sentence(trained: dict[str, Path], tmp_p
     assert len({tuple(p["tags"]) for p in nbest}) == 5
     log_probs = [p["log_probability"] for p in nbest]
     assert log_probs == sorted(log_probs, reverse=True) and log_probs[0] < 0
-
-
-def test_detect_input_format(tmp_path: Path) -> None:
-    conll = tmp_path / "a.txt"
-    conll.write_text("-DOCSTART- -X- O\n\nEU NNP B-ORG\nrejects VBZ O\n\nPeter NNP B-PER\n", encoding="utf-8")
-    tokens_only = tmp_path / "b"
-    tokens_only.write_text("EU\nrejects\n\nPeter\n", encoding="utf-8")
-    text = tmp_path / "c.conll"
-    text.write_text("EU rejects German call\n\nPeter Blackburn\n", encoding="utf-8")
-    assert [detect_input_format(p) for p in (conll, tokens_only, text)] == ["conll", "conll", "text"]
 
 
 def test_predict_module_entry_point(trained: dict[str, Path], tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+from ddp_shards import distributed_shards
 from torch.utils.data import DistributedSampler
 
 from neurocrf.data.conll import ConllFormatError, Sentence, write_conll
@@ -102,20 +103,8 @@ def test_bucket_sampler_drop_last_and_distributed_shards() -> None:
 
 
 def test_lightning_can_inject_a_distributed_sampler(sample_paths: dict[str, Path]) -> None:
-    # What Lightning does under DDP (private API: data_connector._request_dataloader).
-    from lightning_fabric.utilities.data import _replace_dunder_methods
-    from pytorch_lightning.utilities.data import _update_dataloader
-    from torch.utils.data import BatchSampler, DataLoader
-
-    module = _module(sample_paths, batch_size=8)
-    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
-        loader = module.train_dataloader()
-    shards = []
-    for rank in range(2):
-        sampler = DistributedSampler(loader.dataset, num_replicas=2, rank=rank, shuffle=True)
-        updated = _update_dataloader(loader, sampler)
-        assert isinstance(updated.batch_sampler, BucketBatchSampler)
-        shards.append({i for batch in updated for i in batch["index"].tolist()})
+    loader, shards = distributed_shards(_module(sample_paths, batch_size=8).train_dataloader)
+    assert isinstance(loader.batch_sampler, BucketBatchSampler)
     assert shards[0] | shards[1] == set(range(400)) and not shards[0] & shards[1]
 
 

@@ -15,7 +15,7 @@ from neurocrf.parsing import deduction
 from neurocrf.parsing import parser as parser_module
 from neurocrf.parsing.deduction import deduce
 from neurocrf.parsing.grammar import Supertag
-from neurocrf.parsing.parser import NOPARSE, Parser, benchmark_parser, noparse_tree
+from neurocrf.parsing.parser import NOPARSE, Parser, noparse_tree
 from neurocrf.parsing.supertags import extract_from_prepared, extract_supertags
 from neurocrf.parsing.transforms import prepare_tree
 from neurocrf.parsing.tree import Tree, TreebankSentence, random_tree
@@ -40,8 +40,8 @@ def test_gold_k1_reproduces_gold_tree() -> None:
     sentences = _sentences(seed=3, count=200)
     parser = Parser(_roots(sentences), k=1)
     for sent in sentences:
-        pairs = extract_supertags(sent)
-        result = parser.parse(sent.words, [[(t, 0.0)] for t, _ in pairs], [p for _, p in pairs])
+        gold = extract_supertags(sent)
+        result = parser.parse(sent.words, [[(t, 0.0)] for t in gold.tags], gold.preterminals)
         assert not result.fallback and result.status == "ok"
         assert result.tree == sent.tree
         assert result.skipped == 0 and result.items >= len(sent.words)
@@ -50,19 +50,19 @@ def test_gold_k1_reproduces_gold_tree() -> None:
 def test_gold_with_distractors_found_when_gold_is_best() -> None:
     sentences = _sentences(seed=5, count=120)
     gold = [extract_supertags(s) for s in sentences]
-    pool = sorted({t for pairs in gold for t, _ in pairs})
+    pool = sorted({t for tags in gold for t in tags.tags})
     rng = random.Random(0)
     k = 8
     parser = Parser(_roots(sentences), k=k)
     total_items_k1 = total_items_k = 0
-    for sent, pairs in zip(sentences, gold):
+    for sent, tags in zip(sentences, gold):
         cands = []
-        for tag, _ in pairs:
+        for tag in tags.tags:
             noise = rng.sample([t for t in pool if t != tag], k - 1)
             weights = sorted(rng.uniform(0.0, 3.0) for _ in range(k))
             cands.append(list(zip([tag, *noise], weights)))
             rng.shuffle(cands[-1])  # order of the list must not matter
-        result = parser.parse(sent.words, cands, [p for _, p in pairs])
+        result = parser.parse(sent.words, cands, tags.preterminals)
         assert result.tree == sent.tree
         best = sum(min(w for _, w in c) for c in cands)
         assert result.weight == pytest.approx(best)
@@ -199,15 +199,6 @@ def test_noparse_tree_restores_preterminals() -> None:
     assert noparse_tree(["A+B", "C"]) == Tree.parse("(NOPARSE (A (B 0)) (C 1))")
 
 
-def test_benchmark_function() -> None:
-    sentences = _sentences(seed=9, count=30)
-    stats = benchmark_parser(sentences, k=5, gold_best=True)
-    assert stats["sentences"] == 30 and stats["fallbacks"] == 0 and stats["exact"] == 30
-    assert stats["sentences_per_second"] > 0
-    stats = benchmark_parser(sentences, k=5, gold_best=False)
-    assert stats["sentences"] == 30 and stats["exact"] <= 30
-
-
 def test_doctests() -> None:
     for module in (deduction, parser_module):
         assert doctest.testmod(module).failed == 0
@@ -234,8 +225,8 @@ def test_alpino_gold_k1_parses_reproduce_test_split() -> None:
     parser = Parser(roots, k=1, time_limit=10.0)
     failures = []
     for sent in split["test"]:
-        pairs = extract_supertags(sent)
-        result = parser.parse(sent.words, [[(t, 0.0)] for t, _ in pairs], [p for _, p in pairs])
+        gold = extract_supertags(sent)
+        result = parser.parse(sent.words, [[(t, 0.0)] for t in gold.tags], gold.preterminals)
         if result.fallback or result.tree != sent.tree:
             failures.append(sent.id)
     assert len(split["test"]) == 713

@@ -10,12 +10,7 @@ import pytest
 
 from neurocrf.parsing import grammar, supertags
 from neurocrf.parsing.grammar import PT, Supertag, escape_label, unescape_label
-from neurocrf.parsing.supertags import (
-    extract_corpus,
-    extract_from_prepared,
-    extract_supertags,
-    supertags_to_tree,
-)
+from neurocrf.parsing.supertags import extract_from_prepared, extract_supertags, supertags_to_tree
 from neurocrf.parsing.transforms import prepare_tree, restore_tree
 from neurocrf.parsing.tree import Tree, TreebankSentence, random_tree
 
@@ -110,9 +105,9 @@ def test_extract_gap_in_lhs() -> None:
 
 def test_single_token_sentence() -> None:
     sent = TreebankSentence("1", ["Ja"], Tree.parse("(TOP (S (N 0)))"))
-    tags = extract_supertags(sent)
-    assert tags == [("@pt 1 t - -", "TOP+S+N")]
-    tree = supertags_to_tree([t for t, _ in tags], [p for _, p in tags], sent.words)
+    extracted = extract_supertags(sent)
+    assert (extracted.tags, extracted.preterminals, extracted.root) == (["@pt 1 t - -"], ["TOP+S+N"], "TOP+S+N")
+    tree = supertags_to_tree(extracted.tags, extracted.preterminals, sent.words)
     assert tree == sent.tree
 
 
@@ -139,11 +134,11 @@ def test_round_trip_random_discontinuous_trees() -> None:
     assert sum(_max_fanout(t) > 1 for t in trees) > 100  # really discontinuous
     for tree in trees:
         sent = TreebankSentence("s", [f"w{i}" for i in range(len(tree.leaves()))], tree)
-        pairs = extract_supertags(sent)
-        tags = [t for t, _ in pairs]
-        pts = [p for _, p in pairs]
+        extracted = extract_supertags(sent)
+        tags, pts = extracted.tags, extracted.preterminals
         assert [str(Supertag.parse(t)) for t in tags] == tags
         prepared = prepare_tree(tree)
+        assert extracted.root == prepared.label
         assert supertags_to_tree(tags, pts, sent.words, restore=False,
                                  roots={prepared.label}) == prepared
         assert supertags_to_tree(tags, pts, sent.words) == tree
@@ -190,26 +185,24 @@ def test_attachment_mark_disambiguates_rotation() -> None:
     assert supertags_to_tree(tags2, pts, restore=False) == t2
 
 
-# ------------------------------------------------------------------------- corpus statistics
-def test_extract_corpus_statistics() -> None:
+# ------------------------------------------------------------------------- extraction of sentences
+def test_extract_supertags_reads_tags_preterminals_and_the_root() -> None:
     sents = [
         TreebankSentence("a", ["x", "y", "z"], Tree.parse("(S (VP (V 0) (N 2)) (A 1))")),
         TreebankSentence("b", ["x", "y"], Tree.parse("(S (V 0) (N 1))")),
         TreebankSentence("c", ["x"], Tree.parse("(S (N 0))")),
     ]
-    stats = extract_corpus(sents)
-    assert stats["sentences"] == 3 and stats["tokens"] == 6
-    assert stats["roots"] == ["S", "S+N"]
-    assert stats["tag_counts"]["@pt 1 t - -"] == 3
+    extracted = [extract_supertags(s) for s in sents]
     # sentence a: VP_2 takes 2 with a gap; S takes 1 into the gap
-    assert stats["tag_counts"]["VP_2 1 x0,t @pt -"] == 1
-    assert stats["tag_counts"]["S 2 x0tx1 VP_2 -"] == 1
-    assert stats["tag_counts"]["S 2 x0t @pt -"] == 1
-    assert stats["supertags"] == 4
-    assert stats["max_fanout"] == 2
-    assert stats["discontinuous_rules"] == pytest.approx(2 / 6)
-    assert stats["rank_counts"] == {0: 3, 1: 3}
-    assert stats["preterminal_counts"]["S+N"] == 1
+    assert [e.tags for e in extracted] == [["@pt 1 t - -", "S 2 x0tx1 VP_2 -", "VP_2 1 x0,t @pt -"],
+                                           ["@pt 1 t - -", "S 2 x0t @pt -"], ["@pt 1 t - -"]]
+    assert [e.preterminals for e in extracted] == [["V", "A", "N"], ["V", "N"], ["S+N"]]
+    assert [e.root for e in extracted] == ["S", "S", "S+N"]
+    tags = [t for e in extracted for t in e.supertags]
+    assert [t.rank for t in tags] == [0, 1, 1, 0, 1, 0]
+    assert [t.is_discontinuous for t in tags] == [False, True, True, False, False, False]
+    with pytest.raises(ValueError, match="sentence 7: label 'X|Y'"):
+        extract_supertags(TreebankSentence("7", ["a", "b"], Tree.parse("(X|Y (N 0) (V 1))")))
 
 
 def test_doctests() -> None:
@@ -240,13 +233,15 @@ def test_alpino_round_trip_all_trees() -> None:
     sentences = read_treebank(_alpino_dir())
     assert len(sentences) == 7136
     failures = []
+    tokens = max_fanout = 0
     for raw in sentences:
         sent = move_punctuation_sentence(raw)
-        pairs = extract_supertags(sent)
-        tree = supertags_to_tree([t for t, _ in pairs], [p for _, p in pairs], sent.words)
+        extracted = extract_supertags(sent)
+        tree = supertags_to_tree(extracted.tags, extracted.preterminals, sent.words)
         if tree != sent.tree:
             failures.append(sent.id)
+        tokens += len(extracted.tags)
+        max_fanout = max(max_fanout, *(max(t.fanout, t.fanout_first, t.fanout_second) for t in extracted.supertags))
     assert failures == []
-    stats = extract_corpus(move_punctuation_sentence(s) for s in sentences)
-    assert stats["tokens"] == 140778
-    assert stats["max_fanout"] <= 4
+    assert tokens == 140778
+    assert max_fanout <= 4

@@ -23,9 +23,11 @@ def test_configs_become_resolved_plain_values() -> None:
 
 
 def test_an_interpolation_that_cannot_be_resolved_stays_as_written() -> None:
-    """Outside a Hydra run ``${hydra:...}`` has no value: the config is kept unresolved."""
-    config = OmegaConf.create({"out": "${hydra:runtime.output_dir}/x", "n": 1})
-    assert to_plain(config) == {"out": "${hydra:runtime.output_dir}/x", "n": 1}
+    """A key or resolver that does not exist here (``${hydra:...}`` outside a Hydra run): the
+    config is kept unresolved."""
+    for missing in ("${paths.nowhere}/x", "${no_such_resolver:x}/x"):
+        config = OmegaConf.create({"out": missing, "n": 1})
+        assert to_plain(config) == {"out": missing, "n": 1}
 
 
 def test_what_is_not_a_plain_value_is_named_where_it_sits() -> None:

@@ -33,13 +33,12 @@ log = logging.getLogger(__name__)
 
 def extract(cfg: DictConfig) -> dict[str, Any]:
     """Write the supertag corpus of ``cfg.treebank`` into ``cfg.output_dir``; returns the stats."""
-    from neurocrf.models.supertag_data import (
-        SPLITS,
+    from neurocrf.data.conll import atomic_write_text
+    from neurocrf.parsing.treebank import SPLITS, load_treebank, treebank_options
+    from neurocrf.supertagging.data import (
         corpus_statistics,
-        load_treebank,
         prepare_for_extraction,
         supertag_corpus,
-        treebank_options,
         write_supertag_corpus,
     )
 
@@ -62,8 +61,8 @@ def extract(cfg: DictConfig) -> dict[str, Any]:
                                                        "dev", "test", "h", "v", "limit")}
     stats["treebank"]["path"] = str(stats["treebank"]["path"])
     stats["roots"] = sorted(roots)
-    (output / "roots.txt").write_text("".join(f"{r}\n" for r in sorted(roots)), encoding="utf-8")
-    (output / "stats.json").write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(output / "roots.txt", "".join(f"{r}\n" for r in sorted(roots)))
+    atomic_write_text(output / "stats.json", json.dumps(stats, indent=2) + "\n")
     print(format_statistics(stats), end="")
     print(f"supertag corpus written to {output}")
     return stats

@@ -26,13 +26,13 @@ log = logging.getLogger(__name__)
 
 def evaluate_predictions(cfg: DictConfig) -> dict[str, Any]:
     """Read gold and predicted trees as configured and score them; returns the scores."""
-    from neurocrf.cli.parse import gold_split
     from neurocrf.parsing import evaluate, format_report, read_treebank
+    from neurocrf.parsing.treebank import load_split
 
     if cfg.get("gold"):
         gold = read_treebank(cfg.gold, cfg.get("gold_format"))
     elif cfg.get("treebank"):
-        gold = gold_split(to_plain(cfg.treebank), cfg.get("split", "test"))
+        gold = load_split(to_plain(cfg.treebank), cfg.get("split", "test"))
     else:
         raise ValueError("give gold=<treebank file> or treebank=<name> with split=...")
     pred = read_treebank(cfg.predictions, cfg.get("predictions_format") or "discbracket")

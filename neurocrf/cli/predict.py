@@ -4,9 +4,10 @@
     neurocrf-predict ckpt_path=.../last.ckpt input=sentences.txt format=jsonl nbest=5
 
 Input: a CoNLL column file (its columns are kept; the predicted tag is appended) or plain text,
-one whitespace-tokenised sentence per line. ``input_format=auto`` reads a file as CoNLL when it
-has a blank line and all its token lines (document and comment lines aside) have the same number
-of fields, as plain text otherwise.
+one whitespace-tokenised sentence per line. The format is ``input_format`` (``conll`` or
+``text``), else the file's extension (``.conll``, ``.iob2``, ``.tsv``, ...), else read off the
+whole file; a file that reads both ways (every line with the same number of fields and no tag
+column) is refused with a message naming it: see :mod:`neurocrf.data.inputs`.
 
 Output: CoNLL (input columns + predicted tag [+ marginal confidence] [+ the n-best tag columns])
 or JSON lines, one object per input sentence (per line for text input, empty lines included)::
@@ -14,6 +15,15 @@ or JSON lines, one object per input sentence (per line for text input, empty lin
     {"tokens": [...], "tags": [...], "scheme": "BIOES", "confidences": [...],
      "spans": [{"type": "PER", "start": 0, "end": 2, "confidence": 0.97}],
      "nbest": [{"tags": [...], "probability": 0.91, "log_probability": -0.094}, ...], "gold": [...]}
+
+(with ``nbest``, an empty sentence has the one empty sequence, probability 1). CoNLL output of
+text input has one block per input line, each ended by a blank line, so an empty input line is a
+blank line of its own: the n-th blank line ends the n-th input line.
+
+The output file is written at the end, atomically (a temporary file in its folder renamed onto
+it): a failed run leaves no partial file. What can be checked before predicting is: the output
+folder is writable, the output scheme exists, and every token (every column of CoNLL input) can
+be written as a CoNLL column.
 
 Every output sentence has exactly as many tokens as the input sentence. A model trained on joined
 columns (``data.token_columns``, e.g. word + POS for the chunking features) reads the same columns
@@ -27,62 +37,17 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from statistics import median
 from typing import Any, TextIO
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("conll", "jsonl")
-INPUT_FORMATS = ("auto", "conll", "text")
-_SKIP_PREFIXES = ("-DOCSTART-", "###MEDLINE:", "#")
-
-
-def detect_input_format(path: str | Path, sample_lines: int = 500) -> str:
-    """``"conll"`` or ``"text"`` by the rule in the module docstring."""
-    fields: list[int] = []
-    blank = False
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle):
-            if number >= sample_lines:
-                break
-            stripped = line.strip()
-            if not stripped:
-                blank = blank or bool(fields)
-                continue
-            if stripped.startswith(_SKIP_PREFIXES):
-                continue
-            fields.append(len(stripped.split()))
-    if blank and fields and len(set(fields)) == 1:
-        return "conll"
-    if blank and fields and median(fields) <= 2 and max(fields) <= 3:
-        return "conll"  # a token-only file with a few odd lines is still one token per line
-    return "text"
-
-
-def read_input(path: str, input_format: str, reader: dict[str, Any]) -> tuple[list[Any], str]:
-    """Sentences (``neurocrf.data.conll.Sentence``) of the input file and the format read."""
-    from neurocrf.data.conll import Sentence, read_conll
-
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"input file not found: {path}")
-    if input_format not in INPUT_FORMATS:
-        raise ValueError(f"input_format must be one of {INPUT_FORMATS}, got {input_format!r}")
-    if input_format == "auto":
-        input_format = detect_input_format(path)
-        log.info("reading %s as %s", path, input_format)
-    if input_format == "conll":
-        options = {"tag_column": None, **reader}
-        return read_conll(path, **options), "conll"
-    sentences = []
-    with open(path, encoding=reader.get("encoding", "utf-8")) as handle:
-        for number, line in enumerate(handle, start=1):
-            sentences.append(Sentence(tokens=line.split(), source=path, line=number))
-    return sentences, "text"
 
 
 def write_jsonl(handle: TextIO, sentences: Sequence[Any], predictions: Sequence[Any], scheme: str | None) -> None:
@@ -101,12 +66,10 @@ def write_conll_predictions(
     confidence: bool,
     nbest: int,
 ) -> None:
-    """Input columns (or the tokens) + predicted tag [+ confidence] [+ n-best tag columns]."""
+    """Input columns (or the tokens) + predicted tag [+ confidence] [+ n-best tag columns]; an
+    empty sentence (an empty line of text input) is a blank line of its own."""
     from neurocrf.data.conll import write_conll
 
-    kept = [(s, p) for s, p in zip(sentences, predictions) if s.tokens]  # no empty blocks
-    sentences = [s for s, _ in kept]
-    predictions = [p for _, p in kept]
     columns: dict[str, list[list[str]]] = {"pred": [p.tags_in(scheme or p.scheme) for p in predictions]}
     if confidence:
         columns["confidence"] = [[f"{c:.4f}" for c in p.confidences] for p in predictions]
@@ -115,8 +78,12 @@ def write_conll_predictions(
             _convert(p.nbest[k].tags, p.scheme, scheme) if k < len(p.nbest) else ["-"] * len(p.tokens)
             for p in predictions
         ]
-    raw = all(s.columns is not None for s in sentences)
-    write_conll(handle, sentences, extra_tag_columns=columns, raw_columns=raw)
+    write_conll(handle, sentences, extra_tag_columns=columns, raw_columns=_raw_columns(sentences))
+
+
+def _raw_columns(sentences: Sequence[Any]) -> bool:
+    """Whether CoNLL output repeats the input's columns (CoNLL input) or its tokens (text)."""
+    return all(s.columns is not None for s in sentences)
 
 
 def _convert(tags: list[str], source: str, target: str | None) -> list[str]:
@@ -125,16 +92,51 @@ def _convert(tags: list[str], source: str, target: str | None) -> list[str]:
     return tags if not target or target == source else convert_tags(tags, source, target)
 
 
-def predict(cfg: DictConfig) -> dict[str, Any]:
-    """Run the prediction described by ``cfg``; returns a summary (sentences, tokens, output)."""
-    import torch
+def check_output(output: str, cfg: DictConfig, sentences: Sequence[Any]) -> None:
+    """Find the output's problems before any prediction: an unknown format or scheme, a folder
+    that cannot be written, values that CoNLL output cannot hold (naming file and line)."""
+    import tempfile
 
-    from neurocrf.models.tagger import Tagger
+    from neurocrf.data.conll import ConllFormatError, check_writable
+    from neurocrf.data.schemes import check_scheme
 
     if cfg.format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {cfg.format!r}")
-    reader = OmegaConf.to_container(cfg.get("reader") or OmegaConf.create({}), resolve=True)
+    if cfg.get("scheme"):
+        check_scheme(str(cfg.scheme))
+    if cfg.format == "conll":
+        try:
+            check_writable(sentences, raw_columns=_raw_columns(sentences))
+        except ConllFormatError as error:
+            raise ConllFormatError(f"{error}; format=jsonl can hold it") from None
+    if output == "-":
+        return
+    target = Path(output)
+    if target.is_dir():
+        raise IsADirectoryError(f"output={output} is a folder; name a file")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"):
+            pass
+    except OSError as error:
+        raise OSError(f"output={output}: cannot write there ({error.strerror or error})") from None
+
+
+def predict(cfg: DictConfig) -> dict[str, Any]:
+    """Run the prediction described by ``cfg``; returns a summary (sentences, tokens, output)."""
+    import io
+
+    import torch
+
+    from neurocrf.data.conll import atomic_write_text
+    from neurocrf.data.inputs import read_input
+    from neurocrf.models.tagger import Tagger
+
+    reader = to_plain(cfg.get("reader"), "reader") or {}
     sentences, read_as = read_input(str(cfg.input), cfg.get("input_format", "auto"), reader)  # type: ignore[arg-type]
+    log.info("read %s as %s: %d sentences", cfg.input, read_as, len(sentences))
+    output = str(cfg.get("output") or Path(cfg.paths.output_dir) / f"predictions.{cfg.format}")
+    check_output(output, cfg, sentences)
     model = Tagger.load(cfg.ckpt_path, map_location="cpu").to(torch.device(cfg.get("device", "cpu")))
     nbest = int(cfg.get("nbest", 0))
     columns = cfg.get("token_columns")
@@ -146,14 +148,16 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
         if len(prediction.tags) != len(sentence.tokens):  # the contract of Tagger.predict
             raise RuntimeError(f"{sentence.location()}: {len(sentence.tokens)} tokens but {len(prediction.tags)} tags")
 
-    output = cfg.get("output") or str(Path(cfg.paths.output_dir) / f"predictions.{cfg.format}")
-    scheme = cfg.get("scheme")
-    if output == "-":
-        _write(sys.stdout, cfg, sentences, predictions, scheme, nbest)
+    buffer = io.StringIO()
+    if cfg.format == "jsonl":
+        write_jsonl(buffer, sentences, predictions, cfg.get("scheme"))
     else:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        with open(output, "w", encoding="utf-8", newline="\n") as handle:
-            _write(handle, cfg, sentences, predictions, scheme, nbest)
+        write_conll_predictions(buffer, sentences, predictions, cfg.get("scheme"),
+                                bool(cfg.get("confidence", False)), nbest)
+    if output == "-":
+        sys.stdout.write(buffer.getvalue())
+    else:
+        atomic_write_text(output, buffer.getvalue())
         print(f"wrote {len(predictions)} sentences to {output}", file=sys.stderr)
     return {
         "sentences": len(sentences),
@@ -161,13 +165,6 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
         "input_format": read_as,
         "output": output,
     }
-
-
-def _write(handle: TextIO, cfg: DictConfig, sentences: list[Any], predictions: list[Any], scheme: str | None, nbest: int) -> None:
-    if cfg.format == "jsonl":
-        write_jsonl(handle, sentences, predictions, scheme)
-    else:
-        write_conll_predictions(handle, sentences, predictions, scheme, bool(cfg.get("confidence", False)), nbest)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")

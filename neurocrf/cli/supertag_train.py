@@ -11,7 +11,7 @@
 weights of a checkpoint; the model (encoder, vocabularies, heads, auxiliary heads) is the
 checkpoint's, the optimizer, scheduler, trainer and data options are this run's config.
 
-Steps: treebank -> :class:`~neurocrf.models.supertag_data.SupertagDataModule` (split, supertags
+Steps: treebank -> :class:`~neurocrf.supertagging.data.SupertagDataModule` (split, supertags
 extracted) -> vocabularies from the training words -> :class:`Supertagger` -> fit (checkpoints
 by ``val/supertag_acc``) -> test (supertag and preterminal accuracy) -> with the best checkpoint,
 parse the splits in ``final_parse.splits`` (default dev and test) and report F1, Dis-F1, coverage
@@ -27,7 +27,6 @@ from typing import Any
 
 import hydra
 import pytorch_lightning as pl
-import torch
 from omegaconf import DictConfig
 
 from neurocrf.cli.utils import (
@@ -40,6 +39,7 @@ from neurocrf.cli.utils import (
     start_options,
     to_plain,
 )
+from neurocrf.models.checkpoints import SUPERTAGGER, read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +50,13 @@ def source_checkpoint(cfg: DictConfig) -> tuple[str, dict[str, Any]] | None:
     path = ckpt_path or init_from
     if not path:
         return None
-    return str(path), torch.load(path, map_location="cpu", weights_only=True)
+    return str(path), read_checkpoint(path, SUPERTAGGER)
 
 
 def build_datamodule(cfg: DictConfig, source: tuple[str, dict[str, Any]] | None = None) -> Any:
     """The (set up) supertag data module of ``cfg.treebank`` with the ``cfg.data`` loader options;
     its auxiliary annotations are those of the ``source`` checkpoint's heads if given, else ``cfg.heads``."""
-    from neurocrf.models.supertag_data import SupertagDataModule
+    from neurocrf.supertagging.data import SupertagDataModule
 
     data = dict(to_plain(cfg.get("data")) or {})
     data.setdefault("seed", cfg.get("seed") or 0)
@@ -76,7 +76,7 @@ def build_model(cfg: DictConfig, datamodule: Any, source: tuple[str, dict[str, A
     (``cfg.ckpt_path``, to resume) or with its weights loaded and this run's optimizer, scheduler
     and config (``cfg.init_from``)."""
     from neurocrf.encoders import build_vocabularies
-    from neurocrf.models.supertagger import Supertagger
+    from neurocrf.supertagging.supertagger import Supertagger
 
     run_config = {key: value for key, value in (to_plain(cfg) or {}).items() if key != "hydra"}
     if source:
@@ -115,7 +115,7 @@ def build_model(cfg: DictConfig, datamodule: Any, source: tuple[str, dict[str, A
 
 def final_parse(cfg: DictConfig, model: Any, datamodule: Any) -> dict[str, float]:
     """Parse ``cfg.final_parse.splits`` with ``model``; returns ``parse_<split>/<metric>`` floats."""
-    from neurocrf.cli.parse import summarize, tag_and_parse, write_run
+    from neurocrf.supertagging.pipeline import summarize, tag_and_parse, write_run
 
     settings = to_plain(cfg.get("final_parse")) or {}
     parsing = model.parsing
@@ -147,7 +147,7 @@ def final_parse(cfg: DictConfig, model: Any, datamodule: Any) -> dict[str, float
 
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     """Fit, test and parse; returns the metrics (floats) and the objects built."""
-    from neurocrf.models.supertagger import Supertagger
+    from neurocrf.supertagging.supertagger import Supertagger
 
     set_seed(cfg.get("seed"))
     source = source_checkpoint(cfg)

@@ -38,6 +38,7 @@ from neurocrf.cli.utils import (
     set_seed,
     start_options,
 )
+from neurocrf.models.checkpoints import TAGGER, CheckpointError, read_checkpoint
 from neurocrf.study.runs import SUMMARY_FILE
 from neurocrf.values import to_plain
 
@@ -52,7 +53,7 @@ def build_model(cfg: DictConfig, datamodule: Any) -> Any:
 
     ckpt_path, init_from = start_options(cfg)
     if ckpt_path:
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        checkpoint = read_checkpoint(ckpt_path, TAGGER)
         hparams = dict(checkpoint["hyper_parameters"])
         if hparams["tags"] != datamodule.tags:
             raise ValueError(
@@ -84,7 +85,7 @@ def build_model(cfg: DictConfig, datamodule: Any) -> Any:
 
 def _init_checkpoint(path: str, encoder: dict[str, Any], tags: list[str]) -> dict[str, Any]:
     """The checkpoint ``init_from`` names, checked against the new run's encoder config and tags."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    checkpoint = read_checkpoint(path, TAGGER)
     hparams = checkpoint["hyper_parameters"]
     if hparams["tags"] != list(tags):
         raise ValueError(f"init_from={path}: the checkpoint's tags {hparams['tags']} differ from the data's {list(tags)}")
@@ -193,8 +194,8 @@ def _resume_from_last(cfg: DictConfig) -> None:
     if cfg.get("ckpt_path") or not last.is_file():
         return
     try:
-        torch.load(last, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - any unreadable file: start the run again
+        read_checkpoint(last, TAGGER)
+    except CheckpointError as error:  # e.g. cut off while being written: start the run again
         broken = last.with_suffix(".ckpt.broken")
         last.rename(broken)
         log.warning("resume: %s does not load (%s); moved to %s, the run starts again", last, error, broken)

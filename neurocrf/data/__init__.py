@@ -1,6 +1,7 @@
 """neurocrf.data: column corpora, tag schemes, the sample corpus, splits, batching.
 
 ``conll``       read_conll / write_conll / Sentence / ConllFormatError
+``inputs``      read_input: files to tag, CoNLL or plain text (the format never guessed from a part)
 ``schemes``     IOB1, IOB2, BIOES: convert_tags, get_spans, validate_tags
 ``sample``      ensure_sample_corpus (the built-in generated corpus)
 ``splits``      dev and test splits cut out of a training file

@@ -20,7 +20,7 @@ import io
 import os
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -34,7 +34,8 @@ _ASCII_SPACE = re.compile(r"[ \t\f\v]+")
 
 
 class ConllFormatError(ValueError):
-    """A column file that cannot be read; the message starts with ``path:line:``."""
+    """A column file (or a plain text input file) that cannot be read; the message starts with
+    ``path:line:``."""
 
 
 @dataclass
@@ -90,17 +91,26 @@ class Sentence:
         return joined
 
 
-def _decode(data: bytes, path: str, encoding: str) -> str:
+def read_text(path: str | os.PathLike[str], encoding: str = "utf-8") -> str:
+    """The decoded text of a file, without a UTF-8 byte order mark.
+
+    Raises:
+        ConllFormatError: naming file and line of the first bytes not valid in ``encoding``.
+        ValueError: for an unknown encoding.
+    """
+    name = os.fspath(path)
+    with open(name, "rb") as handle:
+        data = handle.read()
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         raise ConllFormatError(
-            f"{path}:{line}: bytes {data[error.start:error.end]!r} are not valid {encoding}"
+            f"{name}:{line}: bytes {data[error.start:error.end]!r} are not valid {encoding}"
             f" ({error.reason})"
         ) from None
     except LookupError:
-        raise ValueError(f"unknown encoding {encoding!r} for {path}") from None
+        raise ValueError(f"unknown encoding {encoding!r} for {name}") from None
     return text[1:] if text.startswith("\ufeff") else text
 
 
@@ -111,12 +121,28 @@ def _split(line: str, delimiter: str | None) -> list[str]:
     return line.split(delimiter)
 
 
-def _doc_prefixes(docstart: str | Sequence[str] | None) -> tuple[str, ...]:
-    if docstart is None:
-        return ()
-    if isinstance(docstart, str):
-        return (docstart,)
-    return tuple(docstart)
+BLANK, SEPARATOR, TOKEN = "blank", "separator", "token"
+
+
+def column_lines(
+    text: str,
+    delimiter: str | None = None,
+    docstart: str | Sequence[str] | None = DOC_PREFIXES,
+    comment_prefix: str | None = None,
+) -> Iterator[tuple[int, str, str, list[str]]]:
+    """The lines of a column file's text as ``(line number, kind, line, fields)``: ``kind`` is
+    :data:`BLANK` (a sentence end), :data:`SEPARATOR` (a document separator line, also a sentence
+    end) or :data:`TOKEN`; comment lines are skipped, a ``\\r`` before the line end dropped."""
+    prefixes = (docstart,) if isinstance(docstart, str) else tuple(docstart or ())
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw[:-1] if raw.endswith("\r") else raw
+        if not line.strip(" \t\f\v"):
+            yield number, BLANK, line, []
+            continue
+        if comment_prefix is not None and line.startswith(comment_prefix):
+            continue
+        fields = _split(line, delimiter)
+        yield number, SEPARATOR if prefixes and fields[0].startswith(prefixes) else TOKEN, line, fields
 
 
 def read_conll(
@@ -148,15 +174,14 @@ def read_conll(
     Every token line must have as many columns as the file's first token line.
 
     Raises:
-        ConllFormatError: naming file and line, for inconsistent or too few columns, tags invalid
+        ConllFormatError: naming file and line, for inconsistent or too few columns, an empty tag
+            or one with whitespace around it (``"B-PER "`` in a tab-delimited file), tags invalid
             in ``scheme``, bytes not valid in ``encoding``, or a file without any sentence.
     """
     name = os.fspath(path)
     if scheme is not None:
         check_scheme(scheme)
-    with open(name, "rb") as handle:
-        text = _decode(handle.read(), name, encoding)
-    prefixes = _doc_prefixes(docstart)
+    text = read_text(name, encoding)
     needed = max(_needed_columns(token_column), _needed_columns(tag_column), min_columns or 0)
 
     sentences: list[Sentence] = []
@@ -176,15 +201,11 @@ def read_conll(
             doc_has_sentences = True
         rows, lines = [], []
 
-    for number, raw in enumerate(text.split("\n"), start=1):
-        line = raw[:-1] if raw.endswith("\r") else raw
-        if not line.strip(" \t\f\v"):
+    for number, kind, line, fields in column_lines(text, delimiter, docstart, comment_prefix):
+        if kind == BLANK:
             flush()
             continue
-        if comment_prefix is not None and line.startswith(comment_prefix):
-            continue
-        fields = _split(line, delimiter)
-        if prefixes and fields[0].startswith(prefixes):
+        if kind == SEPARATOR:
             flush()
             if doc_has_sentences:
                 document += 1
@@ -228,6 +249,12 @@ def _make_sentence(
 ) -> Sentence:
     tokens = [row[token_column] for row in rows]
     tags = None if tag_column is None else [row[tag_column] for row in rows]
+    for position, tag in enumerate(tags or ()):
+        if not tag or tag != tag.strip():
+            raise ConllFormatError(
+                f"{source}:{lines[position]}: tag {tag!r} is empty or has whitespace around it"
+                " (a trailing space before the line end or the delimiter?); remove it"
+            )
     if tags is not None and scheme is not None:
         try:
             validate_tags(tags, scheme)
@@ -268,7 +295,8 @@ def write_conll(
             a line ``docstart<delimiter>O...`` precedes each document; None never writes one.
 
     Raises ValueError when a sentence's tags, columns or extra columns do not match its tokens,
-    or a value contains the delimiter or a line break (it could not be read back).
+    ConllFormatError (a ValueError) naming file and line when a value is empty or contains the
+    delimiter or a line break (it could not be read back).
     """
     sentences = list(sentences)
     extra = dict(extra_tag_columns or {})
@@ -287,13 +315,8 @@ def write_conll(
             filler = ["O"] * (len(rows[0]) - 1 if rows else 0)
             out.write(delimiter.join([str(docstart), *filler]) + "\n\n")
             previous_document = sentence.document
+        _check_values(sentence, rows, delimiter)
         for row in rows:
-            for value in row:
-                if not value or (delimiter in value) or "\n" in value or "\r" in value:
-                    raise ValueError(
-                        f"sentence {index} ({sentence.location()}): value {value!r} is empty or"
-                        " contains the delimiter or a line break"
-                    )
             out.write(delimiter.join(row) + "\n")
         out.write("\n")
     text = out.getvalue()
@@ -301,6 +324,30 @@ def write_conll(
         atomic_write_text(path_or_file, text, encoding)
     else:
         path_or_file.write(text)
+
+
+def check_writable(sentences: Iterable[Sentence], *, delimiter: str = "\t", raw_columns: bool = False) -> None:
+    """Check, before any work is done, that :func:`write_conll` can write the sentences' tokens
+    (or all their raw columns with ``raw_columns``).
+
+    Raises:
+        ConllFormatError: naming file and line of the first value that cannot be written.
+    """
+    for sentence in sentences:
+        rows = sentence.columns if raw_columns and sentence.columns is not None else [[t] for t in sentence.tokens]
+        _check_values(sentence, rows, delimiter)
+
+
+def _check_values(sentence: Sentence, rows: Sequence[Sequence[str]], delimiter: str) -> None:
+    """Raise ConllFormatError naming file and line of a value that is empty or holds the delimiter
+    or a line break: it would not read back."""
+    for position, row in enumerate(rows):
+        for value in row:
+            if not value or delimiter in value or "\n" in value or "\r" in value:
+                raise ConllFormatError(
+                    f"{sentence.location(position)}: value {value!r} is empty or contains the"
+                    f" delimiter {delimiter!r} or a line break: a column file cannot hold it"
+                )
 
 
 def _rows(

@@ -1,4 +1,4 @@
-"""neurocrf.models: the Lightning tagger (and supertagger), its metrics, optimizers and prediction objects.
+"""neurocrf.models: the Lightning tagger, its heads, metrics, optimizers and prediction objects.
 
 >>> from neurocrf.models import Tagger                                      # doctest: +SKIP
 >>> Tagger.load("last.ckpt").predict(["Peter lives in Berlin"])[0].spans    # doctest: +SKIP
@@ -9,9 +9,8 @@ from typing import Any
 
 _LAZY = {
     "Tagger": "neurocrf.models.tagger",
-    "Supertagger": "neurocrf.models.supertagger",
-    "KBestTags": "neurocrf.models.supertagger",
-    "SupertagDataModule": "neurocrf.models.supertag_data",
+    "CheckpointError": "neurocrf.models.checkpoints",
+    "read_checkpoint": "neurocrf.models.checkpoints",
     "SoftmaxHead": "neurocrf.models.heads",
     "TaggingHead": "neurocrf.models.heads",
     "build_head": "neurocrf.models.heads",

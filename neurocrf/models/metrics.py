@@ -20,6 +20,8 @@ from pathlib import Path
 from seqeval.metrics import classification_report
 from seqeval.scheme import IOB1, IOB2, IOBES
 
+from neurocrf.data.conll import atomic_write_text
+
 _SEQEVAL_SCHEMES = {"IOB1": IOB1, "IOB2": IOB2, "BIOES": IOBES}
 
 
@@ -134,11 +136,10 @@ def format_report(scores: SpanScores) -> str:
 def write_report(scores: SpanScores, directory: str | Path, prefix: str = "test") -> list[Path]:
     """Write ``<prefix>_report.txt`` and ``<prefix>_metrics.json`` into ``directory``."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     text = directory / f"{prefix}_report.txt"
-    text.write_text(format_report(scores), encoding="utf-8")
+    atomic_write_text(text, format_report(scores))
     metrics = directory / f"{prefix}_metrics.json"
-    metrics.write_text(json.dumps(scores.to_dict(), indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(metrics, json.dumps(scores.to_dict(), indent=2) + "\n")
     return [text, metrics]
 
 
@@ -148,10 +149,9 @@ def write_tag_rows(rows: Sequence[tuple[int, Sequence[str], Sequence[str]]], dir
     position in the evaluated file, gold and predicted tags), for paired significance tests.
     Read it back with :func:`read_tag_rows`."""
     path = Path(directory) / f"{prefix}_tags.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as handle:
-        for index, gold, pred in rows:
-            handle.write(json.dumps({"index": int(index), "gold": list(gold), "pred": list(pred)}) + "\n")
+    atomic_write_text(path, "".join(
+        json.dumps({"index": int(index), "gold": list(gold), "pred": list(pred)}) + "\n" for index, gold, pred in rows
+    ))
     return path
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -29,7 +28,7 @@ from torch import Tensor, nn
 
 from neurocrf.conventions import OUTSIDE
 from neurocrf.encoders import build_encoder
-from neurocrf.models.checkpointed import Checkpointed
+from neurocrf.models.checkpoints import TAGGER, Checkpointed
 from neurocrf.models.full_batch import FullBatchTraining
 from neurocrf.models.heads import TaggingHead, build_head
 from neurocrf.models.metrics import SpanScores, write_report, write_tag_rows
@@ -39,7 +38,7 @@ from neurocrf.models.optim import (
     is_full_batch,
     l2_penalty,
 )
-from neurocrf.models.prediction import Prediction, build_predictions
+from neurocrf.models.prediction import NBestPath, Prediction, build_predictions
 from neurocrf.models.records import EvaluationRecords, record_scores, tag_rows
 from neurocrf.values import to_plain as plain
 
@@ -52,8 +51,8 @@ class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
     """Encoder + projection + CRF (first order, second order, precursor) or softmax head.
 
     Full-batch L-BFGS training comes from :class:`~neurocrf.models.full_batch.FullBatchTraining`,
-    the best dev F1 across epochs and resumes (``val/f1_best``) from
-    :class:`~neurocrf.models.checkpointed.Checkpointed`.
+    loading (:meth:`load`) and the best dev F1 across epochs and resumes (``val/f1_best``) from
+    :class:`~neurocrf.models.checkpoints.Checkpointed`.
 
     Args:
         encoder: encoder config, ``name`` in {bilstm, transformer, features} plus its options.
@@ -68,6 +67,9 @@ class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
         restore: the weights will come from a checkpoint: the encoder skips reading pretrained
             weights / vectors (not a hyperparameter; :meth:`load` sets it).
     """
+
+    checkpoint_kind = TAGGER
+    best_metric = "val/f1"
 
     def __init__(
         self,
@@ -254,15 +256,6 @@ class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
     def _training_data_option(self, name: str) -> Any:
         return ((self.hparams.get("config") or {}).get("data") or {}).get(name)
 
-    @classmethod
-    def load(cls, path: str | Path, map_location: Any = "cpu") -> Tagger:
-        """A trained tagger from a checkpoint (loaded with ``weights_only=True``), in eval mode."""
-        model = cls.load_from_checkpoint(
-            str(path), map_location=map_location, weights_only=True, restore=True
-        )
-        model.eval()
-        return model
-
     @torch.no_grad()
     def predict(
         self,
@@ -283,11 +276,11 @@ class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
             raise ValueError(f"precision must be one of {PREDICT_PRECISIONS}, got {precision!r}")
         tokenised = [s.split() if isinstance(s, str) else list(s) for s in sentences]
         results: list[Prediction | None] = [None] * len(tokenised)
-        # Similar lengths together: less padding. Empty sentences need no model.
+        # Similar lengths together: less padding. Empty sentences need no model (n-best: the empty one).
         order = sorted((i for i, words in enumerate(tokenised) if words), key=lambda i: len(tokenised[i]))
         for i, words in enumerate(tokenised):
             if not words:
-                results[i] = Prediction(tokens=[], tags=[], scheme=self.scheme)
+                results[i] = Prediction([], [], self.scheme, nbest=[NBestPath([], 1.0, 0.0)] if nbest > 0 else [])
         was_training = self.training
         self.eval()
         try:

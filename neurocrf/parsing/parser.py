@@ -21,9 +21,7 @@ does not change the best derivation, so the parser accepts normalised or raw ``-
 from __future__ import annotations
 
 import math
-import random
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,13 +29,12 @@ from typing import Any
 from neurocrf.parsing.deduction import deduce, derivation_to_tree
 from neurocrf.parsing.grammar import Supertag
 from neurocrf.parsing.transforms import restore_tree
-from neurocrf.parsing.tree import Tree, TreebankSentence
+from neurocrf.parsing.tree import Tree
 
 __all__ = [
     "NOPARSE",
     "ParseResult",
     "Parser",
-    "benchmark_parser",
     "candidates_from_topk",
     "noparse_tree",
 ]
@@ -98,8 +95,8 @@ class Parser:
     """Parse sentences from k-best supertags.
 
     Args:
-        roots: labels allowed at the root of the binarized tree (e.g. ``extract_corpus(...)
-            ["roots"]``).
+        roots: labels allowed at the root of the binarized tree (the ``root`` of
+            :func:`~neurocrf.parsing.supertags.extract_supertags` over the training trees).
         k: use at most the ``k`` lowest-weight candidates per token.
         time_limit: seconds per sentence before falling back (None: no limit).
         max_items: chart items per sentence before falling back (None: no limit).
@@ -169,76 +166,3 @@ class Parser:
         tree = restore_tree(derivation_to_tree(result.derivation, preterminals))
         return ParseResult(tree, False, skipped, result.items, "ok", result.weight,
                            time.perf_counter() - start)
-
-
-def benchmark_parser(sentences: Sequence[TreebankSentence], k: int = 10, *, seed: int = 0,
-                     gold_best: bool = True, noise: str = "frequency",
-                     time_limit: float | None = 5.0, h: int = 0, v: int = 1) -> dict[str, Any]:
-    """Parse ``sentences`` from gold supertags plus ``k - 1`` noise tags per token; measure speed.
-
-    Noise tags are drawn from the supertags of ``sentences`` by frequency (``noise="frequency"``)
-    or, closer to a tagger's confusions, from the supertags seen with the token's gold
-    preterminal (``noise="same_pos"``; by frequency, topped up from all tags). Probabilities: with
-    ``gold_best`` the gold tag gets the largest share of a random distribution over the ``k``
-    candidates (so the best derivation is the gold one); otherwise the gold tag sits at a random
-    rank (the parse may differ from gold, and search does more work). Extraction time is not
-    timed. Returns sentences, tokens, k, gold_best, noise, seconds, sentences_per_second,
-    fallbacks, exact (parses equal to the restored gold tree), mean_items, max_seconds.
-    """
-    from neurocrf.parsing.supertags import extract_supertags
-    from neurocrf.parsing.transforms import prepare_tree
-
-    rng = random.Random(seed)
-    gold = [extract_supertags(s, h=h, v=v) for s in sentences]
-    if noise not in ("frequency", "same_pos"):
-        raise ValueError(f"noise must be 'frequency' or 'same_pos', got {noise!r}")
-    counts = Counter(t for sent in gold for t, _ in sent)
-    vocab, freq = zip(*counts.items())
-    by_pos: dict[str, Counter[str]] = {}
-    for sent in gold:
-        for tag, pt in sent:
-            by_pos.setdefault(pt, Counter())[tag] += 1
-    roots = {prepare_tree(s.tree, h=h, v=v).label for s in sentences}
-    parser = Parser(roots, k=k, time_limit=time_limit)
-    inputs = []
-    for sent, tags in zip(sentences, gold):
-        cands = []
-        for tag, pt in tags:
-            distractors: set[str] = set()
-            if noise == "same_pos":
-                same = [t for t in by_pos[pt] if t != tag]
-                if len(same) <= k - 1:
-                    distractors.update(same)
-                else:
-                    weights = [by_pos[pt][t] for t in same]
-                    while len(distractors) < k - 1:
-                        distractors.add(rng.choices(same, weights)[0])
-            while len(distractors) < min(k - 1, len(vocab) - 1):
-                cand = rng.choices(vocab, freq)[0]
-                if cand != tag:
-                    distractors.add(cand)
-            probs = sorted((rng.random() for _ in range(len(distractors) + 1)), reverse=True)
-            total = sum(probs)
-            order = [tag, *sorted(distractors)]
-            if not gold_best:
-                rng.shuffle(order)
-            cands.append([(t, -math.log(p / total)) for t, p in zip(order, probs)])
-        inputs.append((sent.words, cands, [p for _, p in tags]))
-    start = time.perf_counter()
-    results = [parser.parse(*inp) for inp in inputs]
-    seconds = time.perf_counter() - start
-    exact = sum(r.tree == restore_tree(prepare_tree(s.tree, h=h, v=v))
-                for r, s in zip(results, sentences))
-    return {
-        "sentences": len(sentences),
-        "tokens": sum(len(s.words) for s in sentences),
-        "k": k,
-        "gold_best": gold_best,
-        "noise": noise,
-        "seconds": seconds,
-        "sentences_per_second": len(sentences) / seconds if seconds else math.inf,
-        "fallbacks": sum(r.fallback for r in results),
-        "exact": exact,
-        "mean_items": sum(r.items for r in results) / max(len(results), 1),
-        "max_seconds": max((r.seconds for r in results), default=0.0),
-    }

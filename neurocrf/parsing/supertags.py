@@ -42,17 +42,16 @@ True
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from neurocrf.parsing.deduction import deduce, derivation_to_tree
 from neurocrf.parsing.grammar import PT, PT_TAG, TERMINAL, Supertag
 from neurocrf.parsing.tree import Tree, TreebankSentence
 
 __all__ = [
+    "SentenceSupertags",
     "Supertag",
-    "extract_corpus",
     "extract_from_prepared",
     "extract_supertags",
     "supertags_to_tree",
@@ -137,24 +136,40 @@ def extract_from_prepared(tree: Tree, num_words: int | None = None) -> list[Supe
     return tags  # type: ignore[return-value]
 
 
-def extract_supertags(sentence: TreebankSentence, h: int = 0, v: int = 1) -> list[tuple[str, str]]:
-    """``(supertag, preterminal)`` per token of a treebank sentence.
+@dataclass
+class SentenceSupertags:
+    """What :func:`extract_supertags` reads off one sentence: per token its supertag and its
+    preterminal (the collapsed POS chain) ``[n]``, and the root label of the prepared tree (a goal
+    label of the parser)."""
+
+    supertags: list[Supertag]
+    preterminals: list[str]
+    root: str
+
+    @property
+    def tags(self) -> list[str]:
+        """The supertags as strings ``[n]``."""
+        return [str(t) for t in self.supertags]
+
+
+def extract_supertags(sentence: TreebankSentence, h: int = 0, v: int = 1) -> SentenceSupertags:
+    """The supertags and preterminals of a treebank sentence, and the root of its prepared tree.
 
     The tree is prepared here (:func:`~neurocrf.parsing.transforms.prepare_tree` with ``h``,
     ``v``); move punctuation before, if wanted. Raises ValueError naming the sentence id if the
-    tree cannot be read as a derivation."""
+    tree cannot be prepared or read as a derivation."""
     from neurocrf.parsing.transforms import prepare_tree
 
-    prepared = prepare_tree(sentence.tree, h=h, v=v)
     n = len(sentence.words)
     try:
+        prepared = prepare_tree(sentence.tree, h=h, v=v)
         tags = extract_from_prepared(prepared, n)
     except ValueError as err:
         raise ValueError(f"sentence {sentence.id}: {err}") from None
-    pts = [""] * n
+    preterminals = [""] * n
     for i, label in prepared.pos():
-        pts[i] = label
-    return [(str(t), p) for t, p in zip(tags, pts)]
+        preterminals[i] = label
+    return SentenceSupertags(tags, preterminals, prepared.label)
 
 
 def supertags_to_tree(
@@ -185,48 +200,3 @@ def supertags_to_tree(
 
         tree = restore_tree(tree)
     return tree
-
-
-def extract_corpus(sentences: Iterable[TreebankSentence], h: int = 0, v: int = 1) -> dict[str, Any]:
-    """Extract supertags from a corpus and summarise them.
-
-    Returns a dict: ``sentences``, ``tokens``, ``supertags`` (number of distinct supertags),
-    ``preterminals`` (distinct preterminal tags), ``discontinuous_rules`` (share of rule tokens
-    whose lhs or a child has fanout > 1), ``max_fanout``, ``roots`` (sorted root labels of the
-    prepared trees, for the parser), ``tag_counts`` (supertag -> count, a Counter),
-    ``preterminal_counts``, ``rank_counts`` (rank -> count)."""
-    from neurocrf.parsing.transforms import prepare_tree
-
-    tag_counts: Counter[str] = Counter()
-    pt_counts: Counter[str] = Counter()
-    rank_counts: Counter[int] = Counter()
-    roots: set[str] = set()
-    num_sent = num_tok = num_disc = 0
-    max_fanout = 1
-    for sent in sentences:
-        prepared = prepare_tree(sent.tree, h=h, v=v)
-        try:
-            tags = extract_from_prepared(prepared, len(sent.words))
-        except ValueError as err:
-            raise ValueError(f"sentence {sent.id}: {err}") from None
-        roots.add(prepared.label)
-        num_sent += 1
-        for tag, (_, pt) in zip(tags, prepared.pos()):
-            num_tok += 1
-            tag_counts[str(tag)] += 1
-            pt_counts[pt] += 1
-            rank_counts[tag.rank] += 1
-            num_disc += tag.is_discontinuous
-            max_fanout = max(max_fanout, tag.fanout, tag.fanout_first, tag.fanout_second)
-    return {
-        "sentences": num_sent,
-        "tokens": num_tok,
-        "supertags": len(tag_counts),
-        "preterminals": len(pt_counts),
-        "discontinuous_rules": num_disc / max(num_tok, 1),
-        "max_fanout": max_fanout,
-        "roots": sorted(roots),
-        "tag_counts": tag_counts,
-        "preterminal_counts": pt_counts,
-        "rank_counts": rank_counts,
-    }

@@ -9,23 +9,60 @@ Split (:func:`split_treebank`): sentences are ordered by numeric id; the last 10
 are the test set, the 10% before them the dev set, the rest train. For the Alpino ``cdb`` folder
 (7,136 files with ids 0..7153, a few numbers unused) that is train = ids 0..5724 (5,710
 sentences), dev = ids 5725..6440 (713), test = ids 6441..7153 (713).
+
+A *treebank config* (``configs/treebank/*.yaml``, a plain dict; :data:`TREEBANK_DEFAULTS`) says
+where the trees are, how to split them and how the supertags see them; :func:`load_treebank`
+reads and splits it::
+
+    path: ${paths.shared_data}/alpino/cdb   # a file or an Alpino folder
+    format: alpino                          # alpino | export | discbracket | bracket | null (guess)
+    reader: {}                              # options of read_treebank
+    limit: null                             # keep only the first N sentences (debugging)
+    move_punctuation: true                  # re-attach punctuation inside the tree first
+    dev: 0.1                                # split fractions (deterministic, by sentence id)
+    test: 0.1
+    h: 0                                    # markovization of the binarization
+    v: 1
+    generate: null                          # {sentences, seed, max_words}: write a random
+                                            # treebank at ``path`` if it does not exist (tests)
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import random
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence, TextIO
+from typing import Any, TextIO
 
+from neurocrf.conventions import SPLITS
 from neurocrf.parsing.alpino import read_alpino
 from neurocrf.parsing.bracket import read_discbracket, read_penn, write_discbracket
 from neurocrf.parsing.export import read_export, write_export
-from neurocrf.parsing.tree import TreebankFormatError, TreebankSentence
+from neurocrf.parsing.tree import TreebankFormatError, TreebankSentence, random_tree
 
-__all__ = ["FORMATS", "read_treebank", "write_treebank", "split_treebank", "data_root",
-           "TreebankFormatError"]
+__all__ = ["FORMATS", "SPLITS", "TREEBANK_DEFAULTS", "TreebankFormatError", "check_split", "data_root",
+           "load_split", "load_treebank", "read_treebank", "select_split", "split_treebank", "treebank_options",
+           "write_sample_treebank", "write_treebank"]
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("alpino", "export", "discbracket", "bracket")
+
+TREEBANK_DEFAULTS: dict[str, Any] = {
+    "name": None,
+    "path": None,
+    "format": None,
+    "reader": {},
+    "limit": None,
+    "move_punctuation": True,
+    "dev": 0.1,
+    "test": 0.1,
+    "h": 0,
+    "v": 1,
+    "generate": None,
+}
 
 
 def data_root() -> Path:
@@ -102,3 +139,96 @@ def split_treebank(sentences: Sequence[TreebankSentence], dev: float = 0.1,
     n_train = n - n_test - n_dev
     return {"train": ordered[:n_train], "dev": ordered[n_train:n_train + n_dev],
             "test": ordered[n_train + n_dev:]}
+
+
+def select_split(splits: Mapping[str, Sequence[TreebankSentence]], split: str) -> list[TreebankSentence]:
+    """``splits[split]`` for a name of :data:`SPLITS`, or all of them in order for ``"all"``."""
+    check_split(split)
+    if split == "all":
+        return [s for name in SPLITS for s in splits[name]]
+    return list(splits[split])
+
+
+def check_split(split: str) -> None:
+    """Raise ValueError unless ``split`` is a name of :data:`SPLITS` or ``"all"``."""
+    if split not in (*SPLITS, "all"):
+        raise ValueError(f"split must be one of {(*SPLITS, 'all')}, got {split!r}")
+
+
+def treebank_options(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``config`` completed with :data:`TREEBANK_DEFAULTS`; unknown keys raise ValueError."""
+    config = dict(config or {})
+    unknown = sorted(set(config) - set(TREEBANK_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown treebank option(s) {unknown}; expected {sorted(TREEBANK_DEFAULTS)}")
+    options = {**TREEBANK_DEFAULTS, **config}
+    if not options["path"]:
+        raise ValueError("treebank config needs a 'path'")
+    return options
+
+
+def write_sample_treebank(path: str | Path, sentences: int = 80, seed: int = 7,
+                          max_words: int = 8, fmt: str = "discbracket") -> Path:
+    """Write a random discontinuous treebank (ids 0..N-1) for tests and demos, in ``fmt``
+    (``discbracket`` or ``export``).
+
+    Words are drawn per POS tag from small lists (``n3``, ``v1`` ...), so a tagger can learn
+    something, and every tree has root ``ROOT`` with at least two children (no unary root). The
+    export file also carries a per-token edge label (the ``function`` annotation): the label of
+    the word's parent phrase in lower case, a target an auxiliary head can learn."""
+    rng = random.Random(seed)
+    out: list[TreebankSentence] = []
+    for i in range(sentences):
+        n = rng.randint(2, max(2, max_words))
+        while True:
+            tree = random_tree(rng, n, p_disc=0.3, p_unary=0.1, max_children=3)
+            if len(tree.children) > 1:
+                break
+        words = [""] * n
+        for index, pos in tree.pos():
+            words[index] = f"{pos.lower()}{rng.randint(0, 9)}"
+        function = [""] * n
+        for node in tree.subtrees():
+            for child in node.children:
+                if not isinstance(child, int) and child.is_preterminal:
+                    function[child.children[0]] = node.label.lower()  # type: ignore[index]
+        out.append(TreebankSentence(str(i), words, tree, {"function": function}))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "export":
+        write_treebank(path, out, "export", root_label="ROOT")
+    elif fmt == "discbracket":
+        write_treebank(path, out, "discbracket", write_ids=True)
+    else:
+        raise ValueError(f"sample treebank format must be discbracket or export, got {fmt!r}")
+    return path
+
+
+def load_treebank(config: Mapping[str, Any]) -> dict[str, list[TreebankSentence]]:
+    """Read and split the treebank described by ``config`` (see the module docstring).
+
+    Returns ``{"train", "dev", "test"}`` -> sentences as read (punctuation not moved)."""
+    options = treebank_options(config)
+    path = Path(options["path"])
+    if not path.exists():
+        if options["generate"]:
+            write_sample_treebank(path, **dict(options["generate"]))
+            log.info("generated a random treebank at %s", path)
+        else:
+            raise FileNotFoundError(f"treebank not found: {path} (set treebank.path or NEUROCRF_DATA)")
+    reader = dict(options["reader"] or {})
+    if options["limit"] is not None and (options["format"] or "") == "alpino":
+        reader.setdefault("limit", int(options["limit"]))
+    sentences = read_treebank(path, options["format"], **reader)
+    if options["limit"] is not None:
+        sentences = sentences[: int(options["limit"])]
+    if not sentences:
+        raise ValueError(f"treebank {path} holds no sentences")
+    return split_treebank(sentences, dev=float(options["dev"]), test=float(options["test"]))
+
+
+def load_split(config: Mapping[str, Any], split: str) -> list[TreebankSentence]:
+    """The sentences of ``split`` (a name of :data:`SPLITS`, or ``"all"``) of the treebank that
+    ``config`` describes (:func:`load_treebank`)."""
+    check_split(split)
+    return select_split(load_treebank(config), split)

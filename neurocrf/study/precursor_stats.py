@@ -29,16 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from neurocrf.conventions import SPLITS
 from neurocrf.data.conll import read_conll
 from neurocrf.data.schemes import get_spans
+from neurocrf.values import to_plain
 
 GAP_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
     ("0", 0, 0), ("1", 1, 1), ("2", 2, 2), ("3-5", 3, 5), ("6-10", 6, 10), (">10", 11, None),
 )
 """(label, smallest, largest or None) of the distance buckets, in O tokens between the entities."""
-
-SPLITS = ("train", "dev", "test")
-
 
 @dataclass
 class PrecursorStats:
@@ -102,7 +101,7 @@ def resolve_data_config(path: str | os.PathLike[str], shared_data: str | os.Path
 
     paths = {"shared_data": str(shared_data), "data_dir": str(data_dir if data_dir is not None else shared_data)}
     config = OmegaConf.create({"paths": paths, "data": OmegaConf.load(Path(path))})
-    return OmegaConf.to_container(config.data, resolve=True)  # type: ignore[return-value]
+    return to_plain(config.data, "data")
 
 
 def read_split_tags(config: Mapping[str, Any], split: str = "train") -> list[list[str]]:

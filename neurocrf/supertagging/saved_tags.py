@@ -10,7 +10,7 @@ parsing time only::
     neurocrf-parse ckpt_path=seed2.ckpt treebank=alpino split=dev save_tags=seed2.dev.jsonl.gz
     neurocrf-parse tags='[seed1.dev.jsonl.gz,seed2.dev.jsonl.gz]' treebank=alpino split=dev k=20
 
-Several files are mixed as :class:`~neurocrf.models.supertag_ensemble.SupertaggerEnsemble`
+Several files are mixed as :class:`~neurocrf.supertagging.ensemble.SupertaggerEnsemble`
 mixes models: per token, the mean of the members' probabilities. A supertag outside a member's
 saved ``n`` counts as probability 0 from that member, so the mixture is exact where every member
 saved all supertags and otherwise off by less than the ``n``-th probability of a member.
@@ -35,11 +35,11 @@ from typing import IO, Any
 import torch
 from torch import Tensor
 
-from neurocrf.models.supertag_ensemble import union_labels
-from neurocrf.models.supertagger import KBestTags
+from neurocrf.supertagging.ensemble import union_labels
+from neurocrf.supertagging.source import KBestTags, SupertagScorer, SupertagSource
 
-__all__ = ["FORMAT", "TagDistribution", "SavedSupertags", "tag_distributions", "tag_file_header",
-           "write_tag_file", "read_tag_file"]
+__all__ = ["FORMAT", "TagDistribution", "SavedSupertags", "tag_distributions", "tag_and_save",
+           "tag_file_header", "write_tag_file", "read_tag_file"]
 
 FORMAT = "neurocrf-supertag-distributions"
 VERSION = 1
@@ -64,12 +64,11 @@ class TagDistribution:
 
 
 @torch.no_grad()
-def tag_distributions(tagger: Any, ids: Sequence[str], sentences: Sequence[Sequence[str]], n: int = 50,
-                      batch_size: int = 64) -> list[TagDistribution]:
+def tag_distributions(tagger: SupertagScorer, ids: Sequence[str], sentences: Sequence[Sequence[str]],
+                      n: int = 50, batch_size: int = 64) -> list[TagDistribution]:
     """The ``n`` best supertags and all preterminals of every token, with log-probabilities,
-    from anything with ``batch_log_probs``, ``supertags`` and ``preterminals`` (a
-    :class:`~neurocrf.models.supertagger.Supertagger` or an ensemble). One entry per sentence, in
-    input order; an empty sentence gets ``[0, 0]`` tensors."""
+    from a :class:`~neurocrf.supertagging.supertagger.Supertagger` or an ensemble. One entry per
+    sentence, in input order; an empty sentence gets ``[0, 0]`` tensors."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     n = min(n, len(tagger.supertags))
@@ -88,13 +87,24 @@ def tag_distributions(tagger: Any, ids: Sequence[str], sentences: Sequence[Seque
     return out
 
 
+def tag_and_save(tagger: SupertagScorer, path: str | Path, ids: Sequence[str], sentences: Sequence[Sequence[str]],
+                 *, n: int = 50, batch_size: int = 64, sources: Sequence[str] = ()) -> SavedSupertags:
+    """Compute ``tagger``'s distributions over ``sentences`` once (:func:`tag_distributions`),
+    write them to the tag file ``path`` with ``sources`` (its checkpoints) in the header, and
+    return them read as :class:`SavedSupertags`."""
+    distributions = tag_distributions(tagger, ids, sentences, n=n, batch_size=batch_size)
+    header = tag_file_header(tagger, distributions, sources)
+    path = write_tag_file(path, header, distributions)
+    return SavedSupertags([header], [distributions], [str(path)])
+
+
 def _open(path: Path, mode: str) -> IO[str]:
     if path.suffix == ".gz":
         return gzip.open(path, mode + "t", encoding="utf-8")
     return open(path, mode, encoding="utf-8")
 
 
-def tag_file_header(tagger: Any, distributions: Sequence[TagDistribution], sources: Sequence[str] = ()) -> dict[str, Any]:
+def tag_file_header(tagger: SupertagSource, distributions: Sequence[TagDistribution], sources: Sequence[str] = ()) -> dict[str, Any]:
     """The header line of a tag file holding ``distributions`` computed by ``tagger``."""
     n = max((len(row) for d in distributions for row in d.supertags), default=0)
     return {"format": FORMAT, "version": VERSION, "supertags": list(tagger.supertags),
@@ -222,7 +232,7 @@ class SavedSupertags:
 
     def predict_kbest(self, sentences: Sequence[Sequence[str] | str], k: int = 10,
                       batch_size: int = 64) -> list[KBestTags]:
-        """As :meth:`~neurocrf.models.supertagger.Supertagger.predict_kbest`, from the saved
+        """As :meth:`~neurocrf.supertagging.supertagger.Supertagger.predict_kbest`, from the saved
         distributions (``batch_size`` is not used). Raises ValueError for a sentence that a
         member file does not hold, or for ``k`` above the ``n`` a member saved."""
         if k < 1:

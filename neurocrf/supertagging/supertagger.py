@@ -32,9 +32,7 @@ Built from plain values only (saved as hyperparameters), so checkpoints load wit
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +43,12 @@ from pytorch_lightning.trainer.states import TrainerFn
 from torch import Tensor, nn
 
 from neurocrf.encoders import build_encoder
+from neurocrf.models.checkpoints import SUPERTAGGER, load_module
 from neurocrf.models.optim import configure_optimizers
-from neurocrf.models.supertag_head import build_supertag_head
 from neurocrf.models.tagger import plain
 from neurocrf.parsing.parser import Parser, candidates_from_topk
+from neurocrf.supertagging.heads import build_supertag_head
+from neurocrf.supertagging.source import KBestTags, predict_kbest
 
 log = logging.getLogger(__name__)
 
@@ -60,26 +60,6 @@ PARSING_DEFAULTS: dict[str, Any] = {
     "val_max_sentences": None,  # parse only the first N dev sentences at validation (None: all)
     "val_time_limit": 1.0,  # per-sentence time limit of the validation parses
 }
-
-
-@dataclass
-class KBestTags:
-    """Supertagger output for one sentence.
-
-    ``candidates[i]``: the ``k`` best ``(supertag, weight)`` of token ``i``, best first, weights
-    ``-log p`` with the ``k`` probabilities renormalised; ``preterminals[i]``: the predicted
-    preterminal (collapsed POS chain); ``supertag_probs[i]``: the unrenormalised probability of
-    the best supertag (a confidence)."""
-
-    tokens: list[str]
-    candidates: list[list[tuple[str, float]]]
-    preterminals: list[str]
-    supertag_probs: list[float] = field(default_factory=list)
-
-    @property
-    def best(self) -> list[str]:
-        """The 1-best supertag per token."""
-        return [c[0][0] for c in self.candidates]
 
 
 class Supertagger(pl.LightningModule):
@@ -94,7 +74,7 @@ class Supertagger(pl.LightningModule):
         optimizer, scheduler: see :mod:`neurocrf.models.optim`.
         heads: ``dropout`` before the projections (default 0.2), ``pos_weight`` of the
             preterminal loss (default 1.0), ``factors``: supertag parts whose output vectors are
-            shared (:mod:`neurocrf.models.supertag_head`; default none, a plain linear head),
+            shared (:mod:`neurocrf.supertagging.heads`; default none, a plain linear head),
             ``auxiliary``: annotation name -> loss weight of an auxiliary head (default none),
             ``distill``: weight of the teacher's distribution in the supertag loss (default 0).
         auxiliary_labels: annotation name -> its labels (ids index them), one entry per name in
@@ -372,11 +352,11 @@ class Supertagger(pl.LightningModule):
 
     @classmethod
     def load(cls, path: str | Path, map_location: Any = "cpu") -> Supertagger:
-        """A trained supertagger from a checkpoint (loaded with ``weights_only=True``), in eval mode."""
-        model = cls.load_from_checkpoint(str(path), map_location=map_location, weights_only=True,
-                                         restore=True)
-        model.eval()
-        return model
+        """A trained supertagger from a checkpoint (loaded with ``weights_only=True``), in eval mode.
+
+        Raises :class:`~neurocrf.models.checkpoints.CheckpointError` naming the file and the
+        problem (empty, truncated, not a checkpoint, a tagger checkpoint, ...)."""
+        return load_module(cls, path, SUPERTAGGER, map_location)
 
     @property
     def transform(self) -> dict[str, Any]:
@@ -400,37 +380,9 @@ class Supertagger(pl.LightningModule):
                       batch_size: int = 64) -> list[KBestTags]:
         """The ``k`` best supertags per token (weights ``-log`` of the probabilities renormalised
         over the ``k``) and the best preterminal, for sentences given as token lists (or strings,
-        split on whitespace). One :class:`KBestTags` per sentence, in input order."""
+        split on whitespace). One :class:`~neurocrf.supertagging.source.KBestTags` per sentence,
+        in input order."""
         return predict_kbest(self, sentences, k, batch_size)
-
-
-@torch.no_grad()
-def predict_kbest(tagger: Any, sentences: Sequence[Sequence[str] | str], k: int,
-                  batch_size: int) -> list[KBestTags]:
-    """:meth:`Supertagger.predict_kbest` for anything with ``batch_log_probs``, ``supertags`` and
-    ``preterminals`` (a supertagger or an ensemble of them). Sentences are batched by length."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    k = min(k, len(tagger.supertags))
-    tokenised = [s.split() if isinstance(s, str) else list(s) for s in sentences]
-    results: list[KBestTags] = [KBestTags([], [], [], []) for _ in tokenised]
-    order = sorted((i for i, w in enumerate(tokenised) if w), key=lambda i: len(tokenised[i]))
-    for begin in range(0, len(order), batch_size):
-        chunk = order[begin:begin + batch_size]
-        tokens = [tokenised[i] for i in chunk]
-        log_probs, pt_log_probs = tagger.batch_log_probs(tokens)
-        top_lp, top_ids = log_probs.topk(k, dim=-1)  # [B, T, k]
-        pt_ids = pt_log_probs.argmax(-1)  # [B, T]
-        top_lp, top_ids, pt_ids = top_lp.cpu(), top_ids.cpu(), pt_ids.cpu()
-        for b, i in enumerate(chunk):
-            n = len(tokens[b])
-            results[i] = KBestTags(
-                tokens=tokens[b],
-                candidates=candidates_from_topk(top_ids[b, :n], top_lp[b, :n], tagger.supertags),
-                preterminals=[tagger.preterminals[p] for p in pt_ids[b, :n].tolist()],
-                supertag_probs=[math.exp(lp) for lp in top_lp[b, :n, 0].tolist()],
-            )
-    return results
 
 
 def _soft_cross_entropy(scores: Tensor, teacher_ids: Tensor, teacher_probs: Tensor, mask: Tensor) -> Tensor:

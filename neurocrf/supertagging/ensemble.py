@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from neurocrf.models.supertagger import KBestTags, Supertagger, predict_kbest
+from neurocrf.supertagging.source import KBestTags, predict_kbest
+from neurocrf.supertagging.supertagger import Supertagger
 
 
 class SupertaggerEnsemble:

@@ -10,22 +10,24 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from ddp_shards import distributed_shards
 
 from neurocrf.data.conll import ConllFormatError
+from neurocrf.data.datamodule import BucketBatchSampler
 from neurocrf.encoders import build_vocabularies
-from neurocrf.models.supertag_data import (
-    SupertagDataModule,
-    corpus_statistics,
-    load_treebank,
-    read_supertag_corpus,
-    supertag_corpus,
-    write_sample_treebank,
-    write_supertag_corpus,
-)
-from neurocrf.models.supertag_ensemble import SupertaggerEnsemble, load_supertagger
-from neurocrf.models.supertagger import KBestTags, Supertagger
 from neurocrf.parsing import read_treebank
 from neurocrf.parsing.supertags import supertags_to_tree
+from neurocrf.parsing.treebank import load_treebank, write_sample_treebank
+from neurocrf.supertagging.data import (
+    SupertagDataModule,
+    corpus_statistics,
+    read_supertag_corpus,
+    supertag_corpus,
+    write_supertag_corpus,
+)
+from neurocrf.supertagging.ensemble import SupertaggerEnsemble, load_supertagger
+from neurocrf.supertagging.source import KBestTags
+from neurocrf.supertagging.supertagger import Supertagger
 
 TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}
 
@@ -88,6 +90,16 @@ def test_datamodule_splits_labels_and_batches(datamodule: SupertagDataModule) ->
         assert batch["supertags"][b, : len(expected)].tolist() == expected
     shuffled = [i for b in dm.dataloader("train", shuffle=True) for i in b["index"].tolist()]
     assert sorted(shuffled) == list(range(32))
+
+
+def test_training_batches_take_lightnings_distributed_sampler(datamodule: SupertagDataModule) -> None:
+    loader, shards = distributed_shards(datamodule.train_dataloader)
+    assert isinstance(loader.batch_sampler, BucketBatchSampler)
+    assert shards[0] | shards[1] == set(range(32)) and not shards[0] & shards[1]
+    plain = SupertagDataModule(datamodule.treebank_config, batch_size=8, bucket=False)
+    plain.setup()
+    batches = [b["index"].tolist() for b in plain.train_dataloader()]
+    assert sorted(i for b in batches for i in b) == list(range(32)) and len(batches) == 4
 
 
 def test_supertag_corpus_file_round_trip_and_errors(tmp_path: Path, datamodule: SupertagDataModule) -> None:

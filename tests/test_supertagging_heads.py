@@ -11,9 +11,10 @@ import torch
 from torch import nn
 
 from neurocrf.encoders import build_vocabularies
-from neurocrf.models.supertag_data import SupertagDataModule, write_sample_treebank
-from neurocrf.models.supertag_head import FACTORS, FactoredSupertagHead, build_supertag_head, supertag_parts
-from neurocrf.models.supertagger import Supertagger
+from neurocrf.parsing.treebank import write_sample_treebank
+from neurocrf.supertagging.data import SupertagDataModule
+from neurocrf.supertagging.heads import FACTORS, FactoredSupertagHead, build_supertag_head, supertag_parts
+from neurocrf.supertagging.supertagger import Supertagger
 
 TAGS = ["@pt 1 t - -", "NP 1 x0t @pt -", "INF|<>_2 2 x0ty0 NP SSUB|<>", "NP|<> 2 ty0 - NP|<>",
         "VP_2 1 t,y0 - NP"]

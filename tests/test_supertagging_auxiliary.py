@@ -13,10 +13,11 @@ import torch.nn.functional as F
 from neurocrf.cli.supertag_train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.encoders import build_vocabularies
-from neurocrf.models.supertag_data import SupertagDataModule, write_sample_treebank
-from neurocrf.models.supertagger import Supertagger
 from neurocrf.parsing import read_treebank
 from neurocrf.parsing.tree import Tree, TreebankSentence
+from neurocrf.parsing.treebank import write_sample_treebank
+from neurocrf.supertagging.data import SupertagDataModule
+from neurocrf.supertagging.supertagger import Supertagger
 
 TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}
 EXPORT_TREEBANK = {"format": "export", "reader": {"root_label": "ROOT"}}

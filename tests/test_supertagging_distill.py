@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from neurocrf.encoders import build_vocabularies
-from neurocrf.models.supertag_cache import tag_distributions, tag_file_header, write_tag_file
-from neurocrf.models.supertag_data import SupertagDataModule, teacher_distributions, write_sample_treebank
-from neurocrf.models.supertagger import Supertagger
+from neurocrf.parsing.treebank import write_sample_treebank
+from neurocrf.supertagging.data import SupertagDataModule, teacher_distributions
+from neurocrf.supertagging.saved_tags import tag_distributions, tag_file_header, write_tag_file
+from neurocrf.supertagging.supertagger import Supertagger
 
 TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}
 

@@ -1,23 +1,10 @@
 """Supertag corpora: a treebank read, split and turned into words + supertags + preterminals.
 
-A *treebank config* (``configs/treebank/*.yaml``, a plain dict) says where the trees are and how
-they are prepared::
-
-    path: ${paths.shared_data}/alpino/cdb   # a file or an Alpino folder
-    format: alpino                          # alpino | export | discbracket | bracket | null (guess)
-    reader: {}                              # options of neurocrf.parsing.read_treebank
-    limit: null                             # keep only the first N sentences (debugging)
-    move_punctuation: true                  # re-attach punctuation inside the tree first
-    dev: 0.1                                # split fractions (deterministic, by sentence id)
-    test: 0.1
-    h: 0                                    # markovization of the binarization
-    v: 1
-    generate: null                          # {sentences, seed, max_words}: write a random
-                                            # treebank at ``path`` if it does not exist (tests)
-
-:func:`load_treebank` returns the split treebank (trees as read: the gold standard of
-evaluation); :func:`supertag_corpus` extracts one supertag and one preterminal per token from the
-prepared trees; :class:`SupertagDataModule` batches them for the :class:`Supertagger`.
+:func:`~neurocrf.parsing.treebank.load_treebank` reads and splits the treebank of a treebank
+config (``configs/treebank/*.yaml``; trees as read: the gold standard of evaluation);
+:func:`supertag_corpus` extracts one supertag and one preterminal per token from the prepared
+trees (:func:`~neurocrf.parsing.supertags.extract_supertags`); :class:`SupertagDataModule`
+batches them for the :class:`~neurocrf.supertagging.supertagger.Supertagger`.
 
 The supertag corpus file (:func:`write_supertag_corpus`) is a column file, one token per line::
 
@@ -28,9 +15,7 @@ with a blank line after each sentence (supertags contain spaces, never tabs).
 
 from __future__ import annotations
 
-import logging
 import math
-import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,36 +25,13 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 
-from neurocrf.parsing import (
-    move_punctuation_sentence,
-    prepare_tree,
-    random_tree,
-    read_treebank,
-    split_treebank,
-    write_treebank,
-)
-from neurocrf.parsing.supertags import extract_from_prepared
+from neurocrf.data.datamodule import BucketBatchSampler
+from neurocrf.parsing import move_punctuation_sentence
+from neurocrf.parsing.supertags import extract_supertags
 from neurocrf.parsing.tree import TreebankSentence
-
-log = logging.getLogger(__name__)
-
-SPLITS = ("train", "dev", "test")
-
-TREEBANK_DEFAULTS: dict[str, Any] = {
-    "name": None,
-    "path": None,
-    "format": None,
-    "reader": {},
-    "limit": None,
-    "move_punctuation": True,
-    "dev": 0.1,
-    "test": 0.1,
-    "h": 0,
-    "v": 1,
-    "generate": None,
-}
+from neurocrf.parsing.treebank import SPLITS, load_treebank, treebank_options
 
 
 @dataclass
@@ -84,81 +46,7 @@ class SupertagSentence:
     annotations: dict[str, list[str]] = field(default_factory=dict)
 
 
-def treebank_options(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``config`` completed with :data:`TREEBANK_DEFAULTS`; unknown keys raise ValueError."""
-    config = dict(config or {})
-    unknown = sorted(set(config) - set(TREEBANK_DEFAULTS))
-    if unknown:
-        raise ValueError(f"unknown treebank option(s) {unknown}; expected {sorted(TREEBANK_DEFAULTS)}")
-    options = {**TREEBANK_DEFAULTS, **config}
-    if not options["path"]:
-        raise ValueError("treebank config needs a 'path'")
-    return options
-
-
-# ---------------------------------------------------------------------------- generated treebank
-
-def write_sample_treebank(path: str | Path, sentences: int = 80, seed: int = 7,
-                          max_words: int = 8, fmt: str = "discbracket") -> Path:
-    """Write a random discontinuous treebank (ids 0..N-1) for tests and demos, in ``fmt``
-    (``discbracket`` or ``export``).
-
-    Words are drawn per POS tag from small lists (``n3``, ``v1`` ...), so a tagger can learn
-    something, and every tree has root ``ROOT`` with at least two children (no unary root). The
-    export file also carries a per-token edge label (the ``function`` annotation): the label of
-    the word's parent phrase in lower case, a target an auxiliary head can learn."""
-    rng = random.Random(seed)
-    out: list[TreebankSentence] = []
-    for i in range(sentences):
-        n = rng.randint(2, max(2, max_words))
-        while True:
-            tree = random_tree(rng, n, p_disc=0.3, p_unary=0.1, max_children=3)
-            if len(tree.children) > 1:
-                break
-        words = [""] * n
-        for index, pos in tree.pos():
-            words[index] = f"{pos.lower()}{rng.randint(0, 9)}"
-        function = [""] * n
-        for node in tree.subtrees():
-            for child in node.children:
-                if not isinstance(child, int) and child.is_preterminal:
-                    function[child.children[0]] = node.label.lower()  # type: ignore[index]
-        out.append(TreebankSentence(str(i), words, tree, {"function": function}))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "export":
-        write_treebank(path, out, "export", root_label="ROOT")
-    elif fmt == "discbracket":
-        write_treebank(path, out, "discbracket", write_ids=True)
-    else:
-        raise ValueError(f"sample treebank format must be discbracket or export, got {fmt!r}")
-    return path
-
-
-# ---------------------------------------------------------------------------- reading, extraction
-
-def load_treebank(config: Mapping[str, Any]) -> dict[str, list[TreebankSentence]]:
-    """Read and split the treebank described by ``config`` (see the module docstring).
-
-    Returns ``{"train", "dev", "test"}`` -> sentences as read (punctuation not moved)."""
-    options = treebank_options(config)
-    path = Path(options["path"])
-    if not path.exists():
-        if options["generate"]:
-            write_sample_treebank(path, **dict(options["generate"]))
-            log.info("generated a random treebank at %s", path)
-        else:
-            raise FileNotFoundError(f"treebank not found: {path} (set treebank.path or NEUROCRF_DATA)")
-    reader = dict(options["reader"] or {})
-    if options["limit"] is not None and (options["format"] or "") == "alpino":
-        reader.setdefault("limit", int(options["limit"]))
-    sentences = read_treebank(path, options["format"], **reader)
-    if options["limit"] is not None:
-        sentences = sentences[: int(options["limit"])]
-    if not sentences:
-        raise ValueError(f"treebank {path} holds no sentences")
-    return split_treebank(sentences, dev=float(options["dev"]), test=float(options["test"]))
-
+# ---------------------------------------------------------------------------- extraction
 
 def prepare_for_extraction(sentence: TreebankSentence, move_punctuation: bool) -> TreebankSentence:
     """The sentence with punctuation re-attached (when asked), as the supertags see it."""
@@ -174,17 +62,10 @@ def supertag_corpus(sentences: Sequence[TreebankSentence], *, move_punctuation: 
     roots: set[str] = set()
     for sentence in sentences:
         sentence = prepare_for_extraction(sentence, move_punctuation)
-        try:
-            prepared = prepare_tree(sentence.tree, h=h, v=v)
-            tags = extract_from_prepared(prepared, len(sentence.words))
-        except ValueError as err:
-            raise ValueError(f"sentence {sentence.id}: {err}") from None
-        preterminals = [""] * len(sentence.words)
-        for index, label in prepared.pos():
-            preterminals[index] = label
-        roots.add(prepared.label)
-        corpus.append(SupertagSentence(sentence.id, list(sentence.words), [str(t) for t in tags],
-                                       preterminals, dict(sentence.annotations)))
+        extracted = extract_supertags(sentence, h=h, v=v)
+        roots.add(extracted.root)
+        corpus.append(SupertagSentence(sentence.id, list(sentence.words), extracted.tags,
+                                       extracted.preterminals, dict(sentence.annotations)))
     return corpus, roots
 
 
@@ -265,11 +146,11 @@ def teacher_distributions(paths: Sequence[str], corpus: Sequence[SupertagSentenc
                           supertags: Sequence[str]) -> list[tuple[Tensor, Tensor]]:
     """A teacher's supertag distributions over ``corpus``, for knowledge distillation.
 
-    ``paths``: tag files (:mod:`neurocrf.models.supertag_cache`) holding every sentence of
+    ``paths``: tag files (:mod:`neurocrf.supertagging.saved_tags`) holding every sentence of
     ``corpus``; several are mixed like an ensemble. Per sentence: ids into ``supertags`` ``[T, n]``
     and their probabilities ``[T, n]`` (the teacher's ``n`` best, tags the student does not have
     dropped, renormalised to sum to 1; padding id -1, probability 0)."""
-    from neurocrf.models.supertag_cache import SavedSupertags
+    from neurocrf.supertagging.saved_tags import SavedSupertags
 
     teacher = SavedSupertags.read(list(paths))
     n = teacher.max_k
@@ -391,21 +272,25 @@ class SupertagDataModule(pl.LightningDataModule):
         return self.dataloader("test")
 
     def dataloader(self, split: str, shuffle: bool = False) -> DataLoader:
-        """Batches of ``split`` (in order unless ``shuffle``; training batches are length-bucketed)."""
+        """Batches of ``split``: in order, or shuffled (``shuffle``) and of similar lengths unless
+        ``bucket`` is false (:class:`~neurocrf.data.datamodule.BucketBatchSampler`)."""
         if split not in self.corpora:
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS} (call setup first)")
         collate = SupertagCollator(self.supertags, self.preterminals, self.input_builder,
                                    self.auxiliary_labels, self.teacher_train if split == "train" else None)
         corpus = self.corpora[split]
         dataset = _Indexed(corpus)
-        if shuffle:
-            generator = torch.Generator().manual_seed(self.seed)
-            sampler = BucketBatchSampler([len(s.words) for s in corpus], self.batch_size, generator,
-                                         self.bucket)
-            return DataLoader(dataset, batch_sampler=sampler, num_workers=self.num_workers,
-                              collate_fn=collate)
-        return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False,
-                          num_workers=self.num_workers, collate_fn=collate)
+        if not shuffle:
+            return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False,
+                              num_workers=self.num_workers, collate_fn=collate)
+        generator = torch.Generator().manual_seed(self.seed)
+        if not self.bucket:
+            return DataLoader(dataset, batch_size=self.batch_size, shuffle=True, generator=generator,
+                              num_workers=self.num_workers, collate_fn=collate)
+        # the BatchSampler signature lets Lightning put a DistributedSampler in under DDP
+        sampler = BucketBatchSampler(RandomSampler(dataset, generator=generator), self.batch_size, False,
+                                     lengths=[len(s.words) for s in corpus], seed=self.seed)
+        return DataLoader(dataset, batch_sampler=sampler, num_workers=self.num_workers, collate_fn=collate)
 
 
 class _Indexed(torch.utils.data.Dataset):
@@ -424,37 +309,6 @@ class _Indexed(torch.utils.data.Dataset):
 def _by_frequency(items: Any) -> list[str]:
     counts = Counter(items)
     return sorted(counts, key=lambda item: (-counts[item], item))
-
-
-class BucketBatchSampler(torch.utils.data.Sampler):
-    """Shuffled batches of sentences of similar length (``bucket``) or plain shuffled batches.
-
-    Sorting a shuffled list by length within chunks of 50 batches keeps batches random while
-    reducing padding."""
-
-    def __init__(self, lengths: Sequence[int], batch_size: int, generator: torch.Generator,
-                 bucket: bool = True) -> None:
-        self.lengths = list(lengths)
-        self.batch_size = batch_size
-        self.generator = generator
-        self.bucket = bucket
-
-    def __iter__(self):
-        order = torch.randperm(len(self.lengths), generator=self.generator).tolist()
-        batches: list[list[int]] = []
-        if self.bucket:
-            chunk = self.batch_size * 50
-            for start in range(0, len(order), chunk):
-                part = sorted(order[start:start + chunk], key=lambda i: self.lengths[i])
-                batches.extend(part[i:i + self.batch_size] for i in range(0, len(part), self.batch_size))
-            perm = torch.randperm(len(batches), generator=self.generator).tolist()
-            batches = [batches[i] for i in perm]
-        else:
-            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        return iter(batches)
-
-    def __len__(self) -> int:
-        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
 
 
 class SupertagCollator:

@@ -1,9 +1,10 @@
-"""Saved supertagger output (neurocrf.models.supertag_cache): the distributions a model computes,
+"""Saved supertagger output (neurocrf.supertagging.saved_tags): the distributions a model computes,
 written and read back, give the model's own k-best lists; several files mix like an ensemble of
 the models; truncation, lookup and file errors."""
 
 from __future__ import annotations
 
+import doctest
 import gzip
 import json
 import math
@@ -12,7 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from neurocrf.models.supertag_cache import (
+from neurocrf.encoders import build_vocabularies
+from neurocrf.parsing.treebank import write_sample_treebank
+from neurocrf.supertagging import source as source_module
+from neurocrf.supertagging.data import SupertagDataModule
+from neurocrf.supertagging.ensemble import SupertaggerEnsemble
+from neurocrf.supertagging.saved_tags import (
     SavedSupertags,
     TagDistribution,
     read_tag_file,
@@ -20,10 +26,8 @@ from neurocrf.models.supertag_cache import (
     tag_file_header,
     write_tag_file,
 )
-from neurocrf.models.supertag_data import SupertagDataModule, write_sample_treebank
-from neurocrf.models.supertag_ensemble import SupertaggerEnsemble
-from neurocrf.models.supertagger import KBestTags, Supertagger
-from neurocrf.encoders import build_vocabularies
+from neurocrf.supertagging.source import KBestTags, SupertagScorer, SupertagSource
+from neurocrf.supertagging.supertagger import Supertagger
 
 TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}
 
@@ -122,6 +126,19 @@ def test_several_files_mix_like_an_ensemble(tmp_path: Path, datamodule: Supertag
     # a file with itself is the file alone
     twice = SavedSupertags.read([tmp_path / "m0.jsonl", tmp_path / "m0.jsonl"])
     assert_same_kbest(twice.predict_kbest(sentences, k=5), first.predict_kbest(sentences, k=5))
+
+
+def test_model_ensemble_and_saved_tags_are_supertag_sources(datamodule: SupertagDataModule) -> None:
+    model = make_model(datamodule, 0)
+    ensemble = SupertaggerEnsemble([model, make_model(datamodule, 1)])
+    tags = saved(model, [s.words for s in datamodule.corpora["dev"]], n=4)
+    for source in (model, ensemble, tags):
+        assert isinstance(source, SupertagSource)
+    assert isinstance(model, SupertagScorer) and isinstance(ensemble, SupertagScorer)
+    assert not isinstance(tags, SupertagScorer)  # k-best lists, not whole distributions
+    assert not isinstance(object(), SupertagSource)
+    result = doctest.testmod(source_module)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def _file(supertags: list[str], rows: list[list[tuple[int, float]]], transform: dict | None = None) -> tuple[dict, list]:
