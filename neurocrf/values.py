@@ -45,6 +45,16 @@ def to_plain(value: Any, where: str = "value") -> Any:
     raise TypeError(f"{where}: {type(value).__name__} is not a plain value (dict, list, str, number)")
 
 
+def plain_values(**named: Any) -> dict[str, Any]:
+    """Each keyword argument as a plain value (:func:`to_plain`, errors naming the argument): the
+    hyperparameters a model saves in its checkpoints.
+
+    >>> plain_values(tags=("O", "B-PER"), scheduler=None)
+    {'tags': ['O', 'B-PER'], 'scheduler': None}
+    """
+    return {name: to_plain(value, name) for name, value in named.items()}
+
+
 def _container(value: Any) -> Any:
     """An OmegaConf container as python containers (resolved if possible); anything else as is."""
     try:

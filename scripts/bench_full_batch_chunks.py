@@ -29,15 +29,15 @@ def measure(experiment: str, overrides: list[str], sentences: int, chunk_tokens:
     import hydra
     import torch
 
-    from neurocrf.cli.train import build_model
     from neurocrf.cli.utils import compose_task_config
+    from neurocrf.models.building import build_tagger
     from neurocrf.models.full_batch import length_sorted_chunks
 
     with tempfile.TemporaryDirectory() as out:
         cfg = compose_task_config("train", out, [f"experiment={experiment}", *overrides])
     datamodule = hydra.utils.instantiate(cfg.data, _convert_="all")
     datamodule.setup("fit")
-    model = build_model(cfg, datamodule)
+    model = build_tagger(cfg, datamodule)
     if str(cfg.trainer.get("precision")) == "64-true":
         model = model.double()
     datamodule.set_input_builder(model.encoder.preparer)

@@ -56,10 +56,10 @@ def run_data(config: dict[str, Any]) -> tuple[Any, Any]:
 
 def initial_state(config: dict[str, Any]) -> dict[str, Tensor]:
     """The state dict of the untrained model of a run config (``neurocrf-train``'s steps)."""
-    from neurocrf.cli.train import build_model
+    from neurocrf.models.building import build_tagger
 
     cfg, datamodule = run_data(config)
-    return build_model(cfg, datamodule).state_dict()
+    return build_tagger(cfg, datamodule).state_dict()
 
 
 def dev_f1(path: str, zero_transitions: bool) -> float:

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from neurocrf.cli.utils import CONFIG_DIR, float_metrics, instantiate_list, set_seed
+from neurocrf.conventions import SPLITS
 from neurocrf.structs import CRF_KINDS
 from scripts.precursor_tables import Results, write_tables
 
@@ -79,6 +80,18 @@ def join_pos_column(sentences: Sequence[Any], column: int = 1) -> None:
         sentence.tokens = [f"{row[0]}\t{row[column]}" for row in columns]
 
 
+def restrict_splits(datamodule: Any, train_fraction: float, pos_column: int | None) -> None:
+    """Keep the first ``train_fraction`` of the training sentences (at least one) of a set-up data
+    module; with ``pos_column``, join that column to the words of every split (:func:`join_pos_column`)."""
+    if train_fraction < 1.0:
+        train = datamodule.splits["train"]
+        datamodule.splits["train"] = train[: max(1, round(len(train) * train_fraction))]
+    if pos_column is not None:
+        for split in SPLITS:
+            if datamodule.splits.get(split):
+                join_pos_column(datamodule.splits[split], pos_column)
+
+
 def check_entities(sentences: Sequence[Any], what: str) -> None:
     """A corpus without a single entity makes span F1 meaningless: refuse it."""
     if not any(tag != "O" for sentence in sentences for tag in sentence.tags or ()):
@@ -116,7 +129,7 @@ def run_neurocrf(
     """Train and test one neurocrf model; returns (row values, the data module)."""
     import hydra
 
-    from neurocrf.cli.train import build_model
+    from neurocrf.models.building import build_tagger
 
     cfg = compose(experiment, overrides, output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -124,16 +137,10 @@ def run_neurocrf(
     datamodule = hydra.utils.instantiate(cfg.data, _convert_="all")
     datamodule.prepare_data()
     datamodule.setup("fit")
-    if train_fraction < 1.0:
-        train = datamodule.splits["train"]
-        datamodule.splits["train"] = train[: max(1, round(len(train) * train_fraction))]
-    if pos_column is not None:
-        for split in ("train", "dev", "test"):
-            if datamodule.splits.get(split):
-                join_pos_column(datamodule.splits[split], pos_column)
+    restrict_splits(datamodule, train_fraction, pos_column)
     check_entities(datamodule.train_sentences, f"{experiment}: training data")
     check_entities(datamodule.test_sentences, f"{experiment}: test data")
-    model = build_model(cfg, datamodule)
+    model = build_tagger(cfg, datamodule)
     model.report_dir = str(output_dir)
     datamodule.set_input_builder(model.encoder.preparer)
     timer = EpochTimer()
@@ -386,12 +393,7 @@ def _datamodule(experiment: str, output_dir: Path, pos_column: int | None, fract
     cfg = compose(experiment, [], output_dir)
     dm = hydra.utils.instantiate(cfg.data, _convert_="all")
     dm.setup("fit")
-    if fraction < 1.0:
-        dm.splits["train"] = dm.splits["train"][: max(1, round(len(dm.splits["train"]) * fraction))]
-    if pos_column is not None:
-        for split in ("train", "dev", "test"):
-            if dm.splits.get(split):
-                join_pos_column(dm.splits[split], pos_column)
+    restrict_splits(dm, fraction, pos_column)
     return dm
 
 

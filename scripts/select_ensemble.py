@@ -25,10 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from neurocrf.cli.utils import compose_task_config, to_plain
+from neurocrf.cli.utils import compose_task_config
 from neurocrf.parsing.treebank import load_split
 from neurocrf.supertagging.pipeline import gold_tags, summarize, tag_and_parse
 from neurocrf.supertagging.saved_tags import SavedSupertags
+from neurocrf.values import to_plain
 
 
 class Split:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from tiny_models import save_tiny_bert
 from omegaconf import DictConfig
+from tiny_models import save_tiny_bert
 
 from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config, metric_value

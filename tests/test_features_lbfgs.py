@@ -19,12 +19,13 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from neurocrf.cli.train import build_model, train
+from neurocrf.cli.train import train
 from neurocrf.cli.utils import CONFIG_DIR
 from neurocrf.data.conll import Sentence
 from neurocrf.data.datamodule import SequenceDataModule
 from neurocrf.data.sample import ensure_sample_corpus, generate_sample_corpus
 from neurocrf.encoders import build_encoder, build_vocabularies, extract_features
+from neurocrf.models.building import build_tagger
 from neurocrf.models.full_batch import LBFGSNotConvergedWarning
 from neurocrf.models.lbfgs import (
     FullBatchLBFGS,
@@ -375,7 +376,7 @@ def test_init_from_warm_starts_a_second_order_run_from_a_first_order_one(tmp_pat
     assert first["final_ckpt"] == str(ckpt) and ckpt.is_file()
     warm_cfg = _compose(tmp_path / "warm", [*common, "crf=second_order", f"init_from={ckpt}"])
     dm = first["datamodule"]
-    warm = build_model(warm_cfg, dm)
+    warm = build_tagger(warm_cfg, dm)
     trained = first["model"]
     state = torch.load(ckpt, weights_only=True)["state_dict"]
     copied = [name for name, value in warm.state_dict().items() if name in state and state[name].shape == value.shape]
@@ -388,7 +389,7 @@ def test_init_from_warm_starts_a_second_order_run_from_a_first_order_one(tmp_pat
     other = SimpleNamespace(tags=dm.tags, scheme=dm.scheme, train_sentences=dm.train_sentences[:3])
     rebuilt = build_vocabularies(to_plain(warm_cfg.encoder), [s.tokens for s in other.train_sentences])
     assert rebuilt["features"] != trained.hparams["vocabularies"]["features"]
-    assert build_model(warm_cfg, other).hparams["vocabularies"] == trained.hparams["vocabularies"]
+    assert build_tagger(warm_cfg, other).hparams["vocabularies"] == trained.hparams["vocabularies"]
     batch = next(iter(dm.train_dataloader()))
     trained.eval(), warm.double().eval()
     with torch.no_grad():
@@ -402,11 +403,11 @@ def test_init_from_warm_starts_a_second_order_run_from_a_first_order_one(tmp_pat
     assert metrics["train/lbfgs_iterations"] == 3
 
     with pytest.raises(ValueError, match="encoder config"):
-        build_model(_compose(tmp_path / "x", [*common, "encoder.templates=set2", f"init_from={ckpt}"]), dm)
+        build_tagger(_compose(tmp_path / "x", [*common, "encoder.templates=set2", f"init_from={ckpt}"]), dm)
     bioes_cfg = _compose(tmp_path / "x", [*common, "data.scheme=BIOES", f"init_from={ckpt}"])
     bioes = hydra.utils.instantiate(bioes_cfg.data, _convert_="all")
     bioes.setup("fit")
     with pytest.raises(ValueError, match="the checkpoint's tags"):
-        build_model(bioes_cfg, bioes)
+        build_tagger(bioes_cfg, bioes)
     with pytest.raises(ValueError, match="not both"):
-        build_model(_compose(tmp_path / "x", [*common, f"init_from={ckpt}", f"ckpt_path={ckpt}"]), dm)
+        build_tagger(_compose(tmp_path / "x", [*common, f"init_from={ckpt}", f"ckpt_path={ckpt}"]), dm)

@@ -22,8 +22,8 @@ from neurocrf.models.checkpoints import (
     load_module,
     read_checkpoint,
 )
-from neurocrf.supertagging.supertagger import Supertagger
 from neurocrf.models.tagger import Tagger
+from neurocrf.supertagging.supertagger import Supertagger
 
 ENCODER = {"name": "bilstm", "word_dim": 8, "char": None, "hidden_size": 8}
 WORDS = [["Peter", "lives", "in", "Berlin"], ["EU", "rejects", "it"]]

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from neurocrf.data.schemes import all_tags, get_spans
-from neurocrf.models.prediction import PredictedSpan, Prediction, build_predictions
 from neurocrf.models.heads import SoftmaxHead, build_head
+from neurocrf.models.prediction import PredictedSpan, Prediction, build_predictions
 
 HEADS = ["softmax", "first_order", "second_order", "precursor"]
 

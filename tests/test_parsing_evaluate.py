@@ -4,8 +4,15 @@ import random
 
 import pytest
 
-from neurocrf.parsing.evaluate import (DEFAULT_PARAMS_FILE, EvalParams, bracketings, evaluate,
-                                       format_report, load_params, main)
+from neurocrf.parsing.evaluate import (
+    DEFAULT_PARAMS_FILE,
+    EvalParams,
+    bracketings,
+    evaluate,
+    format_report,
+    load_params,
+    main,
+)
 from neurocrf.parsing.punctuation import PUNCT_TAGS
 from neurocrf.parsing.tree import Tree, TreebankSentence, random_tree
 

@@ -5,11 +5,19 @@ from collections import Counter
 
 import pytest
 
-from neurocrf.parsing.punctuation import (PUNCT_TAGS, move_punctuation, move_punctuation_sentence,
-                                          punctuation_indices)
-from neurocrf.parsing.transforms import (add_fanout_markers, base_label, binarize, check_labels,
-                                         collapse_unaries, debinarize, expand_unaries,
-                                         prepare_tree, remove_fanout_markers, restore_tree)
+from neurocrf.parsing.punctuation import PUNCT_TAGS, move_punctuation, move_punctuation_sentence, punctuation_indices
+from neurocrf.parsing.transforms import (
+    add_fanout_markers,
+    base_label,
+    binarize,
+    check_labels,
+    collapse_unaries,
+    debinarize,
+    expand_unaries,
+    prepare_tree,
+    remove_fanout_markers,
+    restore_tree,
+)
 from neurocrf.parsing.tree import Tree, TreebankSentence, leaf_blocks, random_tree
 
 T = Tree.parse

@@ -4,8 +4,7 @@ import random
 
 import pytest
 
-from neurocrf.parsing.tree import (Tree, TreebankSentence, escape_word, parse_bracketed, random_tree,
-                                   unescape_word)
+from neurocrf.parsing.tree import Tree, TreebankSentence, escape_word, parse_bracketed, random_tree, unescape_word
 
 DISC = "(S (VP (VB 0) (NN 2)) (X 1))"
 

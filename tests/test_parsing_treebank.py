@@ -6,8 +6,13 @@ import random
 import pytest
 
 from neurocrf.parsing.alpino import parse_alpino_xml, read_alpino
-from neurocrf.parsing.bracket import (parse_discbracket, parse_penn, read_discbracket,
-                                      strip_function_tags, write_discbracket)
+from neurocrf.parsing.bracket import (
+    parse_discbracket,
+    parse_penn,
+    read_discbracket,
+    strip_function_tags,
+    write_discbracket,
+)
 from neurocrf.parsing.export import parse_export, read_export, write_export
 from neurocrf.parsing.tree import Tree, TreebankFormatError, TreebankSentence, random_tree
 from neurocrf.parsing.treebank import data_root, read_treebank, split_treebank, write_treebank

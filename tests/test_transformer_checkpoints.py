@@ -20,11 +20,12 @@ from tiny_models import install_in_hub_cache, save_tiny_bert
 
 from neurocrf.cli.evaluate import evaluate
 from neurocrf.cli.predict import predict
-from neurocrf.cli.train import build_model, train
+from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import read_conll
 from neurocrf.data.sample import ensure_sample_corpus
 from neurocrf.encoders.hf_model import load_config, load_tokenizer, model_source, tokenizer_options
+from neurocrf.models.building import build_tagger
 from neurocrf.models.tagger import Tagger
 
 pytest.importorskip("transformers")
@@ -75,7 +76,7 @@ def test_fit_runs_the_transformer_in_train_mode_and_validates_in_eval_mode(
     datamodule = hydra.utils.instantiate(cfg.data, _convert_="all")
     datamodule.prepare_data()
     datamodule.setup("fit")
-    model = ModeRecorder(**build_model(cfg, datamodule).hparams)
+    model = ModeRecorder(**build_tagger(cfg, datamodule).hparams)
     datamodule.set_input_builder(model.encoder.preparer)
     trainer = pl.Trainer(accelerator="cpu", max_epochs=2, limit_train_batches=2, limit_val_batches=1,
                          num_sanity_val_steps=0, logger=False, enable_checkpointing=False,

@@ -30,16 +30,16 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig
 
 from neurocrf.cli.utils import (
-    CONFIG_DIR,
+    best_checkpoint,
     float_metrics,
     instantiate_list,
     log_config,
-    metric_value,
     set_seed,
-    start_options,
-    to_plain,
+    training_main,
 )
+from neurocrf.models.building import start_options
 from neurocrf.models.checkpoints import SUPERTAGGER, read_checkpoint
+from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     summary = datamodule.summary()
     log.info("data: %s", summary)
     model = build_model(cfg, datamodule, source)
-    datamodule.set_input_builder(getattr(model.encoder, "preparer", model.encoder.prepare))
+    datamodule.set_input_builder(model.encoder.preparer)
 
     callbacks: list[pl.Callback] = instantiate_list(cfg.get("callbacks"), "callback")
     loggers = instantiate_list(cfg.get("logger"), "logger")
@@ -167,8 +167,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     metrics = float_metrics(trainer.callback_metrics)
 
-    callback = trainer.checkpoint_callback
-    best = (getattr(callback, "best_model_path", "") if callback is not None else "") or None
+    best = best_checkpoint(trainer)
     objects["ckpt_path"] = best
     if cfg.get("test", True):
         trainer.test(model, datamodule=datamodule, ckpt_path=best)
@@ -182,10 +181,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     return metrics, objects
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="supertag")
-def main(cfg: DictConfig) -> float | None:
-    metrics, _ = train(cfg)
-    return metric_value(metrics, cfg.get("optimized_metric"))
+main = training_main(train, "supertag")
 
 
 if __name__ == "__main__":

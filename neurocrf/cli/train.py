@@ -30,85 +30,19 @@ import torch
 from omegaconf import DictConfig, open_dict
 
 from neurocrf.cli.utils import (
-    CONFIG_DIR,
+    best_checkpoint,
     float_metrics,
     instantiate_list,
     log_config,
-    metric_value,
     set_seed,
-    start_options,
+    training_main,
 )
+from neurocrf.models.building import build_tagger
 from neurocrf.models.checkpoints import TAGGER, CheckpointError, read_checkpoint
 from neurocrf.study.runs import SUMMARY_FILE
 from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
-
-
-def build_model(cfg: DictConfig, datamodule: Any) -> Any:
-    """A new Tagger for ``datamodule`` (set up), or, with ``cfg.ckpt_path``, the model saved
-    in that checkpoint (same vocabularies and tags), ready to resume."""
-    from neurocrf.encoders import build_vocabularies
-    from neurocrf.models.tagger import Tagger
-
-    ckpt_path, init_from = start_options(cfg)
-    if ckpt_path:
-        checkpoint = read_checkpoint(ckpt_path, TAGGER)
-        hparams = dict(checkpoint["hyper_parameters"])
-        if hparams["tags"] != datamodule.tags:
-            raise ValueError(
-                f"{ckpt_path}: the checkpoint's tags {hparams['tags']} differ from the data's"
-                f" {datamodule.tags}"
-            )
-        return Tagger(**hparams, restore=True)
-    encoder = to_plain(cfg.encoder)
-    source = _init_checkpoint(init_from, encoder, datamodule.tags) if init_from else None
-    if source is not None:
-        vocabularies = source["hyper_parameters"]["vocabularies"]
-    else:
-        vocabularies = build_vocabularies(encoder, [s.tokens for s in datamodule.train_sentences])
-    run_config = {key: value for key, value in (to_plain(cfg) or {}).items() if key != "hydra"}
-    model = Tagger(
-        encoder=encoder,
-        head=to_plain(cfg.crf),
-        tags=list(datamodule.tags),
-        scheme=datamodule.scheme,
-        vocabularies=vocabularies,
-        optimizer=to_plain(cfg.optimizer),
-        scheduler=to_plain(cfg.get("scheduler")),
-        config=run_config,
-    )
-    if source is not None:
-        _copy_matching_weights(model, source["state_dict"], init_from)
-    return model
-
-
-def _init_checkpoint(path: str, encoder: dict[str, Any], tags: list[str]) -> dict[str, Any]:
-    """The checkpoint ``init_from`` names, checked against the new run's encoder config and tags."""
-    checkpoint = read_checkpoint(path, TAGGER)
-    hparams = checkpoint["hyper_parameters"]
-    if hparams["tags"] != list(tags):
-        raise ValueError(f"init_from={path}: the checkpoint's tags {hparams['tags']} differ from the data's {list(tags)}")
-    if hparams["encoder"] != encoder:
-        raise ValueError(f"init_from={path}: the checkpoint's encoder config {hparams['encoder']} differs from this"
-                         f" run's {encoder}; feature and word ids would not line up")
-    return checkpoint
-
-
-def _copy_matching_weights(model: Any, state: dict[str, Any], path: str) -> None:
-    """Load the tensors of ``state`` whose names and shapes match ``model``'s; the CRF's other
-    score tensors start at zero, so that a CRF extending the checkpoint's (second order over first
-    order) starts as the checkpoint's model. Logs what was copied."""
-    own = model.state_dict()
-    matching = {name: value for name, value in state.items() if name in own and own[name].shape == value.shape}
-    model.load_state_dict(matching, strict=False)
-    fresh = sorted(set(own) - set(matching))
-    with torch.no_grad():
-        for name, param in model.head.named_parameters(prefix="head"):
-            if name in fresh:
-                param.zero_()
-    log.info("init_from=%s: %d tensors copied, %d start fresh%s", path, len(matching), len(fresh),
-             f" ({', '.join(fresh)})" if fresh else "")
 
 
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
@@ -128,7 +62,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     summary = datamodule.summary() if hasattr(datamodule, "summary") else {}
     log.info("data: %s", {k: v for k, v in summary.items() if k != "tags"})
 
-    model = build_model(cfg, datamodule)
+    model = build_tagger(cfg, datamodule)
     model.report_dir = str(cfg.paths.output_dir)
     datamodule.set_input_builder(model.encoder.preparer)
 
@@ -150,14 +84,14 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
         # before testing: trainer.test(ckpt_path=...) restores the callbacks' states of that checkpoint
         objects["epochs"] = _epoch_records(callbacks)
-        if _best_checkpoint(trainer) is None and cfg.get("save_final", True):
+        if best_checkpoint(trainer) is None and cfg.get("save_final", True):
             final_ckpt = str(Path(cfg.paths.output_dir) / "checkpoints" / "final.ckpt")
             trainer.save_checkpoint(final_ckpt, weights_only=True)
             log.info("no checkpoint callback saved the model: final weights written to %s", final_ckpt)
     metrics = float_metrics(trainer.callback_metrics)
 
     if cfg.get("test", True):
-        ckpt_path = _best_checkpoint(trainer)
+        ckpt_path = best_checkpoint(trainer)
         if ckpt_path is None and not cfg.get("train", True):
             ckpt_path = cfg.get("ckpt_path")
         if ckpt_path is None:
@@ -286,16 +220,7 @@ def _check_no_dev_monitors(callbacks: list[pl.Callback]) -> None:
             )
 
 
-def _best_checkpoint(trainer: pl.Trainer) -> str | None:
-    callback = trainer.checkpoint_callback
-    path = getattr(callback, "best_model_path", "") if callback is not None else ""
-    return path or None
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
-def main(cfg: DictConfig) -> float | None:
-    metrics, _ = train(cfg)
-    return metric_value(metrics, cfg.get("optimized_metric"))
+main = training_main(train, "train")
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ directory when the configs are the installed copy.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +63,6 @@ def instantiate_list(cfg: DictConfig | None, kind: str) -> list[Any]:
     return objects
 
 
-def start_options(cfg: DictConfig) -> tuple[Any, Any]:
-    """``(cfg.ckpt_path, cfg.init_from)``, refusing both at once: one resumes a run, the other starts
-    a new run from a checkpoint's weights."""
-    ckpt_path, init_from = cfg.get("ckpt_path"), cfg.get("init_from")
-    if ckpt_path and init_from:
-        raise ValueError("give ckpt_path (resume a run) or init_from (start a new run from its weights), not both")
-    return ckpt_path, init_from
-
-
 def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
     """``metrics[name]`` as a float (for sweepers); None when no name is configured, or, with a
     warning, when the run never logged it (e.g. validation off: the run's outputs are complete,
@@ -86,6 +78,32 @@ def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
         return None
     value = metrics[name]
     return float(value.item() if hasattr(value, "item") else value)
+
+
+def training_main(
+    train: Callable[[DictConfig], tuple[dict[str, float], dict[str, Any]]], config_name: str
+) -> Callable[..., float | None]:
+    """The Hydra entry point ``main()`` of a training function: it composes
+    ``configs/<config_name>.yaml`` with the command line, runs ``train(cfg)`` (which returns its
+    metrics and the objects it built) and returns ``cfg.optimized_metric`` for sweepers
+    (:func:`metric_value`). Hydra names the job after ``train``'s module, as if ``main`` were
+    written there."""
+
+    @functools.wraps(train)  # Hydra reads the job name off the module of the wrapped function
+    def main(cfg: DictConfig) -> float | None:
+        metrics, _ = train(cfg)
+        return metric_value(metrics, cfg.get("optimized_metric"))
+
+    main.__name__ = main.__qualname__ = "main"
+    main.__doc__ = f"Entry point: ``{train.__module__}.{train.__name__}`` on ``configs/{config_name}.yaml``."
+    return hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name=config_name)(main)
+
+
+def best_checkpoint(trainer: pl.Trainer) -> str | None:
+    """The path of the best checkpoint the trainer's checkpoint callback kept; None without one."""
+    callback = trainer.checkpoint_callback
+    path = getattr(callback, "best_model_path", "") if callback is not None else ""
+    return path or None
 
 
 def float_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:

@@ -40,7 +40,7 @@ from neurocrf.models.optim import (
 )
 from neurocrf.models.prediction import NBestPath, Prediction, build_predictions
 from neurocrf.models.records import EvaluationRecords, record_scores, tag_rows
-from neurocrf.values import to_plain as plain
+from neurocrf.values import plain_values
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +84,16 @@ class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
         restore: bool = False,
     ) -> None:
         super().__init__()
-        hparams = {
-            "encoder": plain(encoder, "encoder"),
-            "head": plain(head, "head"),
-            "tags": plain(tags, "tags"),
-            "scheme": scheme,
-            "vocabularies": plain(vocabularies, "vocabularies"),
-            "optimizer": plain(optimizer or {"name": "adam", "lr": 1e-3}, "optimizer"),
-            "scheduler": plain(scheduler, "scheduler"),
-            "config": plain(config, "config"),
-        }
+        hparams = plain_values(
+            encoder=encoder,
+            head=head,
+            tags=tags,
+            scheme=scheme,
+            vocabularies=vocabularies,
+            optimizer=optimizer or {"name": "adam", "lr": 1e-3},
+            scheduler=scheduler,
+            config=config,
+        )
         # The vocabularies can be large: loggers get the run config from the CLI instead.
         self.save_hyperparameters(hparams, logger=False)
         if len(set(tags)) != len(tags) or not tags:

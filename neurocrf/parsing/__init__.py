@@ -14,8 +14,7 @@ from neurocrf.parsing.evaluate import EvalParams, evaluate, format_report, load_
 from neurocrf.parsing.punctuation import PUNCT_TAGS, move_punctuation, move_punctuation_sentence
 from neurocrf.parsing.transforms import prepare_tree, restore_tree
 from neurocrf.parsing.tree import Tree, TreebankFormatError, TreebankSentence, random_tree
-from neurocrf.parsing.treebank import (data_root, read_treebank, split_treebank,
-                                       write_treebank)
+from neurocrf.parsing.treebank import data_root, read_treebank, split_treebank, write_treebank
 
 __all__ = [
     "Tree", "TreebankSentence", "TreebankFormatError", "random_tree",

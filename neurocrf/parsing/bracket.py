@@ -21,8 +21,7 @@ import re
 from pathlib import Path
 from typing import Iterable, TextIO
 
-from neurocrf.parsing.tree import (Tree, TreebankFormatError, TreebankSentence, _tokenize,
-                                   parse_bracketed)
+from neurocrf.parsing.tree import Tree, TreebankFormatError, TreebankSentence, _tokenize, parse_bracketed
 
 __all__ = ["read_discbracket", "parse_discbracket", "write_discbracket", "discbracket_line",
            "read_penn", "parse_penn", "strip_function_tags"]

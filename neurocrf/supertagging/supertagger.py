@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -43,12 +42,12 @@ from pytorch_lightning.trainer.states import TrainerFn
 from torch import Tensor, nn
 
 from neurocrf.encoders import build_encoder
-from neurocrf.models.checkpoints import SUPERTAGGER, load_module
+from neurocrf.models.checkpoints import SUPERTAGGER, Checkpointed
 from neurocrf.models.optim import configure_optimizers
-from neurocrf.models.tagger import plain
 from neurocrf.parsing.parser import Parser, candidates_from_topk
 from neurocrf.supertagging.heads import build_supertag_head
 from neurocrf.supertagging.source import KBestTags, predict_kbest
+from neurocrf.values import plain_values
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +61,11 @@ PARSING_DEFAULTS: dict[str, Any] = {
 }
 
 
-class Supertagger(pl.LightningModule):
+class Supertagger(Checkpointed, pl.LightningModule):
     """Encoder + supertag head + preterminal head.
+
+    Loading (:meth:`load`) and the best dev supertag accuracy across epochs and resumes
+    (``val/supertag_acc_best``) come from :class:`~neurocrf.models.checkpoints.Checkpointed`.
 
     Args:
         encoder: encoder config (``name`` bilstm or transformer, plus options).
@@ -85,6 +87,9 @@ class Supertagger(pl.LightningModule):
         restore: weights will come from a checkpoint (not a hyperparameter).
     """
 
+    checkpoint_kind = SUPERTAGGER
+    best_metric = "val/supertag_acc"
+
     def __init__(
         self,
         encoder: dict[str, Any],
@@ -102,20 +107,20 @@ class Supertagger(pl.LightningModule):
         restore: bool = False,
     ) -> None:
         super().__init__()
-        hparams = {
-            "encoder": plain(encoder, "encoder"),
-            "vocabularies": plain(vocabularies, "vocabularies"),
-            "supertags": plain(supertags, "supertags"),
-            "preterminals": plain(preterminals, "preterminals"),
-            "roots": plain(roots, "roots"),
-            "auxiliary_labels": plain(auxiliary_labels or {}, "auxiliary_labels"),
-            "optimizer": plain(optimizer or {"name": "adam", "lr": 2e-3}, "optimizer"),
-            "scheduler": plain(scheduler, "scheduler"),
-            "heads": plain(heads or {}, "heads"),
-            "parsing": plain(parsing or {}, "parsing"),
-            "transform": plain(transform or {}, "transform"),
-            "config": plain(config, "config"),
-        }
+        hparams = plain_values(
+            encoder=encoder,
+            vocabularies=vocabularies,
+            supertags=supertags,
+            preterminals=preterminals,
+            roots=roots,
+            auxiliary_labels=auxiliary_labels or {},
+            optimizer=optimizer or {"name": "adam", "lr": 2e-3},
+            scheduler=scheduler,
+            heads=heads or {},
+            parsing=parsing or {},
+            transform=transform or {},
+            config=config,
+        )
         self.save_hyperparameters(hparams, logger=False)
         for name, labels in (("supertags", supertags), ("preterminals", preterminals)):
             if not labels or len(set(labels)) != len(labels):
@@ -158,7 +163,6 @@ class Supertagger(pl.LightningModule):
         self._counts: dict[str, Tensor] = {}
         self._topk: dict[str, list[tuple[int, list[list[int]], list[list[float]], list[int]]]] = {}
         self.last_parse: dict[str, Any] | None = None  # result of the last validation parse
-        self.val_acc_best = 0.0
 
     # ------------------------------------------------------------------ scoring
 
@@ -285,9 +289,7 @@ class Supertagger(pl.LightningModule):
             if labelled > 0:
                 self.log(f"{stage}/{name}_acc", float(counts[2 + offset]) / labelled, sync_dist=False)
         if stage == "val":
-            if not self.trainer.sanity_checking:
-                self.val_acc_best = max(self.val_acc_best, float(counts[0]) / total)
-            self.log("val/supertag_acc_best", self.val_acc_best)
+            self.track_best(float(counts[0]) / total)
         if self._topk.get(stage):
             result = self._parse_records(stage)
             if result is not None:
@@ -337,26 +339,12 @@ class Supertagger(pl.LightningModule):
         return {"f1": scores["f1"], "dis_f1": scores["dis_f1"],
                 "coverage": 1.0 - fallbacks / len(golds), "sentences": len(golds)}
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["neurocrf"] = {"val_supertag_acc_best": float(self.val_acc_best)}
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.val_acc_best = float(checkpoint.get("neurocrf", {}).get("val_supertag_acc_best", 0.0))
-
     # ------------------------------------------------------------------ optimisation
 
     def configure_optimizers(self) -> Any:
         return configure_optimizers(self, self.optimizer_config, self.scheduler_config)
 
     # ------------------------------------------------------------------ inference
-
-    @classmethod
-    def load(cls, path: str | Path, map_location: Any = "cpu") -> Supertagger:
-        """A trained supertagger from a checkpoint (loaded with ``weights_only=True``), in eval mode.
-
-        Raises :class:`~neurocrf.models.checkpoints.CheckpointError` naming the file and the
-        problem (empty, truncated, not a checkpoint, a tagger checkpoint, ...)."""
-        return load_module(cls, path, SUPERTAGGER, map_location)
 
     @property
     def transform(self) -> dict[str, Any]:
