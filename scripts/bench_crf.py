@@ -234,7 +234,8 @@ def format_tables(rows: list[dict], header: str) -> str:
     out.append("")
     out.append("### Second-order and precursor-induced vs neurocrf first order (ratio of median times)")
     out.append("")
-    out.append("| B x T x L | op | first-order ms | second-order ms | precursor ms | second / first | precursor / first |")
+    out.append("| B x T x L | op | first-order ms | second-order ms | precursor ms | second / first"
+               " | precursor / first |")
     out.append("|---|---|---|---|---|---|---|")
     for row in rows:
         size = "x".join(map(str, row["size"]))

@@ -58,8 +58,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), {args.repeats} rounds, median ms (ratio to crf.decode)")
-    print("| layer | B x T x L | " + " | ".join(["crf.decode", "decoder (eager)", "torch.export", "onnxruntime"]) + " |")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), {args.repeats} rounds,"
+          " median ms (ratio to crf.decode)")
+    print("| layer | B x T x L | " + " | ".join(["crf.decode", "decoder (eager)", "torch.export",
+                                                 "onnxruntime"]) + " |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as folder:
         for kind in ("first_order", "second_order"):

@@ -60,16 +60,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
+from bench_train_flair import (
+    CHAR_DIM,
+    CHAR_HIDDEN,
+    CLIP,
+    DROPOUT,
+    LR,
+    MOMENTUM,
+    flair_data,
+    flair_model_setup,
+    flair_step,
+)
 from json_worker import JsonWorker, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("NEUROCRF_DATA", ROOT.parent / "shared" / "data"))
 DEFAULT_FLAIR_PYTHON = os.environ.get("FLAIR_PYTHON", "")
-CHAR_DIM = 25
-CHAR_HIDDEN = 25
-LR, MOMENTUM, CLIP, DROPOUT = 0.01, 0.9, 5.0, 0.5
 
 
 # ---------------------------------------------------------------------------------- data
@@ -183,7 +190,7 @@ class NeurocrfSide:
         return [self.step(chars, batch) for batch in batches]
 
 
-# ---------------------------------------------------------------------------------- flair side
+# ---------------------------------------------------------------------------------- the other sides
 
 
 def start_worker(kind: str, python: str, setup: dict[str, Any], threads: int,
@@ -199,11 +206,11 @@ def worker_main(kind: str, threads: int) -> None:
     state: dict[str, Any] = {}
 
     def setup(request: dict[str, Any]) -> Any:
-        return _flair_setup(state, request) if kind == "flair" else _neurocrf_setup(state, request)
+        return flair_model_setup(state, request) if kind == "flair" else _neurocrf_setup(state, request)
 
     def run(request: dict[str, Any]) -> list[float]:
         if kind == "flair":
-            return [_flair_step(state, request["chars"], batch) for batch in request["batches"]]
+            return [flair_step(state, request["chars"], batch) for batch in request["batches"]]
         return state["side"].run(request["chars"], request["batches"])
 
     serve({"setup": setup, "run": run})
@@ -216,96 +223,6 @@ def _neurocrf_setup(state: dict[str, Any], request: dict[str, Any]) -> dict[str,
     state["side"] = NeurocrfSide(argparse.Namespace(**data["options"]), data["tokens"], data["tags"])
     location = str(Path(neurocrf.__file__).parent)
     return {"neurocrf": location, "torch": torch.__version__, "threads": torch.get_num_threads()}
-
-
-def _flair_setup(state: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    import flair
-    from flair.data import Dictionary, Sentence
-    from flair.embeddings import CharacterEmbeddings, StackedEmbeddings, WordEmbeddings
-    from flair.models import SequenceTagger
-
-    flair.device = torch.device("cpu")
-    data = json.loads(Path(request["data"]).read_text(encoding="utf-8"))
-    sentences = []
-    for words, spans in zip(data["tokens"], data["spans"]):
-        sentence = Sentence(words)
-        for label, start, end in spans:
-            sentence[start:end].add_label("ner", label)
-        sentences.append(sentence)
-    state["sentences"] = sentences
-    types = Dictionary(add_unk=False)
-    for label in data["types"]:
-        types.add_item(label)
-    types.span_labels = True
-
-    state["models"], state["optimizers"] = {}, {}
-    for chars, setup in data["configs"].items():
-        torch.manual_seed(data["seed"])
-        words = setup["words"]
-        word_embeddings = WordEmbeddings(
-            None,
-            vocab={w: i for i, w in enumerate(words)},
-            embedding_length=data["word_dim"],
-            fine_tune=not data["freeze"],
-            name="words",
-        )
-        with torch.no_grad():
-            initial = torch.from_numpy(np.load(setup["embedding"]))
-            word_embeddings.embedding.weight[: len(words)] = initial
-        stack = [word_embeddings]
-        if chars != "none":
-            dictionary = Dictionary(add_unk=True)
-            for char in setup["chars"][2:]:  # neurocrf's list starts with <pad>, <unk>
-                dictionary.add_item(char)
-            stack.append(CharacterEmbeddings(dictionary, char_embedding_dim=CHAR_DIM, hidden_size_char=CHAR_HIDDEN))
-        embeddings = StackedEmbeddings(stack) if len(stack) > 1 else stack[0]
-        model = SequenceTagger(
-            hidden_size=data["hidden"],
-            embeddings=embeddings,
-            tag_dictionary=types,
-            tag_type="ner",
-            tag_format="BIOES",
-            use_crf=True,
-            use_rnn=True,
-            rnn_layers=1,
-            reproject_embeddings=False,
-            dropout=DROPOUT,
-            word_dropout=0.0,
-            locked_dropout=0.0,
-        )
-        model.train()
-        state["models"][chars] = model
-        state["optimizers"][chars] = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    model = next(iter(state["models"].values()))
-    return {
-        "flair": flair.__version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
-        "tags": len(model.label_dictionary),
-        "parameters": {c: sum(p.numel() for p in m.parameters()) for c, m in state["models"].items()},
-    }
-
-
-def _flair_step(state: dict[str, Any], chars: str, batch: list[int]) -> float:
-    sentences = [state["sentences"][i] for i in batch]
-    return flair_train_step(state["models"][chars], state["optimizers"][chars], sentences)
-
-
-def flair_train_step(model: Any, optimizer: Any, sentences: list[Any]) -> float:
-    """Seconds of one step of flair's ``ModelTrainer`` batch loop (see the module doc)."""
-    from flair.training_utils import store_embeddings
-
-    start = time.perf_counter()
-    model.zero_grad()
-    optimizer.zero_grad()
-    loss, _ = model.forward_loss(sentences)
-    loss.item()
-    loss.backward()
-    store_embeddings(sentences, "none")
-    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-    optimizer.step()
-    return time.perf_counter() - start
 
 
 # ---------------------------------------------------------------------------------- the run
@@ -322,36 +239,6 @@ def machine() -> dict[str, str]:
         pass
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return {"cpu": cpu, "cores": str(os.cpu_count()), "load": load, "os": platform.platform()}
-
-
-def flair_setup(args: argparse.Namespace, side: NeurocrfSide, tokens, tags, workdir: Path) -> dict[str, Any]:
-    from neurocrf.data.schemes import get_spans
-
-    configs = {}
-    for chars, model in side.models.items():
-        embedding = workdir / f"embedding_{chars}.npy"
-        np.save(embedding, model.encoder.embedding.weight.detach().numpy())
-        configs[chars] = {
-            "words": side.vocabularies[chars]["words"],
-            "chars": side.vocabularies[chars]["chars"],
-            "embedding": str(embedding),
-        }
-    types = sorted({t.split("-", 1)[1] for row in tags for t in row if t != "O"})
-    data = {
-        "tokens": tokens,
-        "spans": [[[s.type, s.start, s.end] for s in get_spans(row, "BIOES")] for row in tags],
-        "types": types,
-        "configs": configs,
-        "hidden": args.hidden,
-        "word_dim": 50,
-        "freeze": args.freeze,
-        "seed": args.seed,
-        "tags": tags,
-        "options": {k: getattr(args, k) for k in ("hidden", "vectors", "freeze", "chars", "seed")},
-    }
-    path = workdir / "data.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return {"data": str(path)}
 
 
 def paired_ratios(ours: list[list[float]], theirs: list[list[float]]) -> list[float]:
@@ -386,8 +273,9 @@ def benchmark(args: argparse.Namespace) -> str:
 
     side = NeurocrfSide(args, tokens, tags)
     workdir = Path(tempfile.mkdtemp(prefix="bench_train_"))
-    python = args.flair_python or (DEFAULT_FLAIR_PYTHON if DEFAULT_FLAIR_PYTHON and Path(DEFAULT_FLAIR_PYTHON).exists() else sys.executable)
-    setup = flair_setup(args, side, tokens, tags, workdir)
+    default_python = DEFAULT_FLAIR_PYTHON if DEFAULT_FLAIR_PYTHON and Path(DEFAULT_FLAIR_PYTHON).exists() else None
+    python = args.flair_python or default_python or sys.executable
+    setup = flair_data(args, side, tokens, tags, workdir)
     workers = {"flair": start_worker("flair", python, setup, args.threads)}
     info = workers["flair"].info
     print(f"flair worker: {info}", file=sys.stderr)

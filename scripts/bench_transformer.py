@@ -150,7 +150,8 @@ class NeurocrfSide:
 
     def _subwords(self, batch: list[int]) -> dict[str, torch.Tensor]:
         inputs = self.model.encoder.prepare([self.tokens[i] for i in batch])
-        return {"input_ids": inputs["input_ids"].to(self.device), "attention_mask": inputs["attention_mask"].to(self.device)}
+        return {"input_ids": inputs["input_ids"].to(self.device),
+                "attention_mask": inputs["attention_mask"].to(self.device)}
 
     def bare_train(self, batch: list[int]) -> float:
         self.bare.train()
@@ -307,7 +308,8 @@ def benchmark(args: argparse.Namespace) -> str:
             if round_index:  # round 0 warms up every side
                 times[side].append(seconds)
         optimizer_step.append(ours.bare_optimizer_step(chunk[0]))
-        print(f"round {round_index}: " + ", ".join(f"{s} {times[s][-1]:.2f}s" for s in sides if times[s]), file=sys.stderr)
+        print(f"round {round_index}: " + ", ".join(f"{s} {times[s][-1]:.2f}s" for s in sides if times[s]),
+              file=sys.stderr)
     if flair:
         flair.close()
     count = sum(len(b) for b in chunks[1])
@@ -325,24 +327,29 @@ def report(args: argparse.Namespace, times: dict[str, list[float]], optimizer_st
 
     lines = [
         f"Command: `python scripts/bench_transformer.py {' '.join(sys.argv[1:])}`",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}, torch {torch.__version__};"
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()},"
+        f" torch {torch.__version__};"
         f" device {args.device}, precision {args.precision}, torch threads {args.threads}",
         f"Data: {count} NCBI-disease training sentences per round ({batches} batches of {args.batch_size}),"
         f" {len(times['train'])} timed rounds; model {args.model}"
         + ("; neurocrf's training batches length-bucketed, flair's random" if args.bucket else "; identical batches"),
     ]
     if flair_info:
-        lines.append(f"flair side: flair {flair_info['flair']}, torch {flair_info['torch']}, threads {flair_info['threads']}")
+        lines.append(
+            f"flair side: flair {flair_info['flair']}, torch {flair_info['torch']}, threads {flair_info['threads']}"
+        )
     lines += ["", "| side | sentences/s | ms per batch |", "|---|---|---|"]
     for side in times:
         lines.append(f"| {side} | {rate(side):.1f} | {1000 * statistics.median(times[side]) / batches:.1f} |")
+    median = {side: statistics.median(values) for side, values in times.items()}
     lines += [
         "",
         f"- AdamW step over the model's parameters alone: {1000 * optimizer_step:.1f} ms",
         f"- training step / bare forward+backward: {paired('bare_train', 'train'):.2f}x"
-        f" (/ bare forward+backward+AdamW step: {statistics.median(times['train']) / (statistics.median(times['bare_train']) + batches * optimizer_step):.2f}x)",
+        f" (/ bare forward+backward+AdamW step:"
+        f" {median['train'] / (median['bare_train'] + batches * optimizer_step):.2f}x)",
         f"- prediction / bare forward: {paired('bare_predict', 'predict'):.2f}x",
-        f"- CRF NLL forward+backward share of a training step: {100 * statistics.median(times['crf']) / statistics.median(times['train']):.1f}%",
+        f"- CRF NLL forward+backward share of a training step: {100 * median['crf'] / median['train']:.1f}%",
     ]
     if flair_info:
         lines += [
@@ -363,7 +370,8 @@ def long_sentence(args: argparse.Namespace) -> str:
     from neurocrf.models.tagger import Tagger
 
     torch.set_num_threads(args.threads)
-    words = [w for sentence, _ in read_sentences(args.data / "ncbi_disease" / "train.tsv", 0, args.seed) for w in sentence]
+    sentences = read_sentences(args.data / "ncbi_disease" / "train.tsv", 0, args.seed)
+    words = [w for sentence, _ in sentences for w in sentence]
     words = words[: args.long_sentence]
     tagger = Tagger.load(args.ckpt, map_location=args.device)
     pieces = sum(len(ids) for ids in tagger.encoder.preparer.pieces([words])[0])
@@ -397,7 +405,8 @@ def main() -> None:
     parser.add_argument("--flair-python", default=DEFAULT_FLAIR_PYTHON, help="interpreter with flair (empty: no flair)")
     parser.add_argument("--no-flair", action="store_true")
     parser.add_argument("--out", type=Path, help="also write the report here")
-    parser.add_argument("--long-sentence", type=int, default=0, help="instead: time one sentence of N words through --ckpt")
+    parser.add_argument("--long-sentence", type=int, default=0,
+                        help="instead: time one sentence of N words through --ckpt")
     parser.add_argument("--ckpt", type=Path, help="a trained tagger for --long-sentence")
     parser.add_argument("--flair-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -62,7 +62,8 @@ def write_tables(results: Results, out: Path) -> None:
             "| CRF | features | P | R | F1 | L-BFGS iterations | features x tags |",
             "|---|---|---:|---:|---:|---|---|",
         ]
-        for row in sorted(jnlpba, key=lambda r: (r["features"], r.get("system") != "neurocrf", CRF_KINDS.index(r["crf"]))):
+        for row in sorted(jnlpba,
+                          key=lambda r: (r["features"], r.get("system") != "neurocrf", CRF_KINDS.index(r["crf"]))):
             crf = CRF_NAMES[row["crf"]] + (f" (memory={row['memory']})" if row.get("memory") else "")
             if row.get("system") == "crfsuite":
                 crf = "CRFsuite first-order (peer)"
@@ -73,15 +74,19 @@ def write_tables(results: Results, out: Path) -> None:
                   ("| CRF | features | s / iteration (mean) | median | evaluations / iteration | s / evaluation |"
                    " x first order (s / iteration) |"),
                   "|---|---|---:|---:|---:|---:|---:|"]
-        base = {row["features"]: row for row in jnlpba if row["crf"] == "first_order" and row.get("system") == "neurocrf"}
-        for row in sorted(jnlpba, key=lambda r: (r["features"], r.get("system") != "neurocrf", CRF_KINDS.index(r["crf"]))):
+        base = {row["features"]: row for row in jnlpba
+                if row["crf"] == "first_order" and row.get("system") == "neurocrf"}
+        for row in sorted(jnlpba,
+                          key=lambda r: (r["features"], r.get("system") != "neurocrf", CRF_KINDS.index(r["crf"]))):
             crf = CRF_NAMES[row["crf"]] + (f" (memory={row['memory']})" if row.get("memory") else "")
             if row.get("system") == "crfsuite":
                 crf = "CRFsuite first-order (peer)"
             ref = base.get(row["features"])
             ratio = row["seconds_per_iteration"] / ref["seconds_per_iteration"] if ref else None
-            per_eval = (row.get("evaluations") or 0) / max(1, row.get("iterations") or 1) if row.get("evaluations") else None
-            per_second = row["lbfgs_seconds"] / row["evaluations"] if row.get("evaluations") and row.get("lbfgs_seconds") else None
+            evaluations, iterations = row.get("evaluations"), row.get("iterations")
+            per_eval = evaluations / max(1, iterations or 1) if evaluations else None
+            seconds = row.get("lbfgs_seconds")
+            per_second = seconds / row["evaluations"] if row.get("evaluations") and seconds else None
             lines.append(f"| {crf} | {row['features']} | {_f(row['seconds_per_iteration'])} | "
                          f"{_f(row.get('median_seconds_per_iteration'))} | {_f(per_eval)} | {_f(per_second)} | "
                          f"{_f(ratio)} |")

@@ -201,13 +201,15 @@ def results_table(args: argparse.Namespace, stats: dict, oracle: dict, reports: 
         "Evaluation: labeled bracket F1 with `neurocrf/parsing/proper.prm` (root and punctuation "
         "removed, ADVP = PRT); Dis-F1 on discontinuous brackets only."),
         "",
-        "| test split | k | F1 | Dis-F1 | coverage | supertag acc | gold in k | POS acc | exact | sent/s tag+parse | sent/s parse only |",
+        "| test split | k | F1 | Dis-F1 | coverage | supertag acc | gold in k | POS acc | exact | sent/s tag+parse"
+        " | sent/s parse only |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for k, r in reports.items():
         lines.append(
             f"| BiLSTM supertagger | {k} | {pct(r['f1'])} | {pct(r['dis_f1'])} | {pct(r['coverage'])} "
-            f"| {pct(r.get('supertag_accuracy', float('nan')))} | {pct(r.get('supertag_kbest_accuracy', float('nan')))} "
+            f"| {pct(r.get('supertag_accuracy', float('nan')))}"
+            f" | {pct(r.get('supertag_kbest_accuracy', float('nan')))} "
             f"| {pct(r['pos_accuracy'])} | {pct(r['exact_match'])} | {r['sentences_per_second']:.1f} "
             f"| {r['parsing_sentences_per_second']:.1f} |")
     o = oracle

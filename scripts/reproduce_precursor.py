@@ -279,7 +279,8 @@ def _run(results: Results, name: str, study: dict[str, Any], job: Any, out: Path
     row["name"] = name
     row["wall_seconds"] = time.perf_counter() - began
     results.add(row)
-    log.info("%s: %s", name, {k: row.get(k) for k in ("f1", "iterations", "seconds_per_iteration", "converged", "error")})
+    log.info("%s: %s", name,
+             {k: row.get(k) for k in ("f1", "iterations", "seconds_per_iteration", "converged", "error")})
     if out is not None:
         write_tables(results, out)
 

@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     names = tuple(dev_files)
     first_k = args.k[0]
 
-    lines = ["| supertagger(s) | k | dev F1 | test F1 | test Dis-F1 | test coverage | test supertag acc | dev supertag acc |",
+    lines = ["| supertagger(s) | k | dev F1 | test F1 | test Dis-F1 | test coverage | test supertag acc"
+             " | dev supertag acc |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name in names:
         lines.append(row(name, dev.score(dev_files, (name,), first_k, args.time_limit),

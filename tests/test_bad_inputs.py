@@ -66,7 +66,8 @@ def supertagger(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Pat
 def broken(tmp_path_factory: pytest.TempPathFactory, tagger: Path) -> dict[str, Path]:
     """Checkpoint files that are not checkpoints: empty, truncated, garbage."""
     folder = tmp_path_factory.mktemp("broken")
-    contents = {"empty.ckpt": b"", "truncated.ckpt": tagger.read_bytes()[:4096], "garbage.ckpt": b"\x80\x02}q\x00." * 64}
+    contents = {"empty.ckpt": b"", "truncated.ckpt": tagger.read_bytes()[:4096],
+                "garbage.ckpt": b"\x80\x02}q\x00." * 64}
     for name, content in contents.items():
         (folder / name).write_bytes(content)
     return {name.split(".")[0]: folder / name for name in contents}
@@ -115,7 +116,8 @@ def test_gold_tags_without_a_final_blank_line_stay_a_column(tmp_path: Path, tagg
     assert [r["tokens"] for r in records] == [["EU", "rejects", "German", "call"]]
     assert records[0]["gold"] == ["B-ORG", "O", "B-MISC", "O"] and len(records[0]["tags"]) == 4
     lines = run_predict(tmp_path, tagger, source, output="out.conll")
-    assert [line.split("\t")[:2] for line in lines[:4]] == [["EU", "B-ORG"], ["rejects", "O"], ["German", "B-MISC"], ["call", "O"]]
+    assert [line.split("\t")[:2] for line in lines[:4]] == [["EU", "B-ORG"], ["rejects", "O"], ["German", "B-MISC"],
+                                                            ["call", "O"]]
     assert lines[4:] == ["", ""]
 
 
@@ -162,7 +164,8 @@ def test_whitespace_around_a_tag_names_file_and_line(tmp_path: Path, data_dir: P
 # ---------------------------------------------------------------- checkpoints
 
 
-def test_broken_checkpoints_are_named_by_every_entry_point(tmp_path: Path, data_dir: Path, broken: dict[str, Path]) -> None:
+def test_broken_checkpoints_are_named_by_every_entry_point(tmp_path: Path, data_dir: Path,
+                                                           broken: dict[str, Path]) -> None:
     source = write(tmp_path, "in.txt", "Peter lives in Berlin\nMary too\n")
     problems = {"empty": "empty file (0 bytes)", "truncated": "truncated or damaged checkpoint",
                 "garbage": "not a checkpoint"}
@@ -174,7 +177,8 @@ def test_broken_checkpoints_are_named_by_every_entry_point(tmp_path: Path, data_
             "train init_from": lambda: train(config("train", tmp_path, [*QUIET, f"init_from={path}"], data_dir)),
             "train ckpt_path": lambda: train(config("train", tmp_path, [*QUIET, f"ckpt_path={path}"], data_dir)),
             "parse": lambda: parse(config("parse", tmp_path, [f"ckpt_path={path}", f"input={source}"])),
-            "supertag": lambda: train_supertagger(config("supertag", tmp_path, [*QUIET, f"init_from={path}"], data_dir)),
+            "supertag": lambda: train_supertagger(config("supertag", tmp_path, [*QUIET, f"init_from={path}"],
+                                                         data_dir)),
         }
         for entry, run in runs.items():
             with pytest.raises(CheckpointError) as caught:
@@ -184,7 +188,8 @@ def test_broken_checkpoints_are_named_by_every_entry_point(tmp_path: Path, data_
             assert "weights_only" not in message, (entry, message)
 
 
-def test_a_checkpoint_of_the_other_kind_is_named(tmp_path: Path, data_dir: Path, tagger: Path, supertagger: Path) -> None:
+def test_a_checkpoint_of_the_other_kind_is_named(tmp_path: Path, data_dir: Path, tagger: Path,
+                                                 supertagger: Path) -> None:
     source = write(tmp_path, "in.txt", "Peter lives in Berlin\nMary too\n")
     needs_tagger = {
         "predict": lambda: run_predict(tmp_path, supertagger, source),
@@ -198,7 +203,8 @@ def test_a_checkpoint_of_the_other_kind_is_named(tmp_path: Path, data_dir: Path,
             run()
     needs_supertagger = {
         "parse": lambda: parse(config("parse", tmp_path, [f"ckpt_path={tagger}", f"input={source}"])),
-        "ensemble": lambda: parse(config("parse", tmp_path, [f"ckpt_path=[{supertagger},{tagger}]", f"input={source}"])),
+        "ensemble": lambda: parse(config("parse", tmp_path,
+                                         [f"ckpt_path=[{supertagger},{tagger}]", f"input={source}"])),
         "supertag": lambda: train_supertagger(config("supertag", tmp_path, [*QUIET, f"init_from={tagger}"], data_dir)),
     }
     for entry, run in needs_supertagger.items():
@@ -228,7 +234,8 @@ def test_output_problems_are_found_before_the_model_is_loaded(tmp_path: Path) ->
         run_predict(tmp_path, missing, source)
 
 
-def test_a_failure_while_writing_leaves_no_partial_file(tmp_path: Path, tagger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_while_writing_leaves_no_partial_file(tmp_path: Path, tagger: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     source = write(tmp_path, "in.txt", "Peter lives in Berlin\nMary too\n")
     previous = write(tmp_path, "out.jsonl", "the previous predictions\n")
 

@@ -103,7 +103,8 @@ def test_oracle_gold_supertags_k1_reproduce_gold_trees(tmp_path: Path, data_dir:
     predicted = read_treebank(tmp_path / "parse.discbracket")
     assert [p.id for p in predicted] == [g.id for g in gold]
     lines = (tmp_path / "parse.discbracket").read_text(encoding="utf-8").splitlines()
-    assert [line.split("\t") for line in lines] == [[g.tree.discbracket(g.words), g.id] for g in gold]  # disco-dop's form
+    expected = [[g.tree.discbracket(g.words), g.id] for g in gold]
+    assert [line.split("\t") for line in lines] == expected  # disco-dop's form
     assert all(p.tree == g.tree and p.words == g.words for p, g in zip(predicted, gold))
 
 
@@ -348,7 +349,8 @@ def test_evaluate_entry_point_with_a_gold_file(tmp_path: Path, data_dir: Path) -
     scores = evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
         f"gold={gold}", f"predictions={pred}", f"report_dir={tmp_path / 'eval'}"]))
     assert scores["sentences"] == 3 and scores["gold_dis_brackets"] == 1 and scores["matched_brackets"] == 2
-    assert scores["f1"] == pytest.approx(2 / 3) and scores["dis_f1"] == 0.0 and scores["exact_match"] == pytest.approx(2 / 3)
+    assert scores["f1"] == pytest.approx(2 / 3) and scores["dis_f1"] == 0.0
+    assert scores["exact_match"] == pytest.approx(2 / 3)
     assert "Dis-F1" in (tmp_path / "eval" / "parse_evaluation.txt").read_text()
     # CUTOFF_LEN counts the full stop (4 words > 3): the third sentence is left out
     prm = tmp_path / "cut.prm"

@@ -44,7 +44,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_evaluate_matches_predictions(trained: dict[str, Path], tmp_path: Path) -> None:
-    cfg = compose_config("evaluate", tmp_path, [f"ckpt_path={trained['ckpt']}", f"paths.data_dir={trained['data_dir']}"])
+    cfg = compose_config("evaluate", tmp_path,
+                         [f"ckpt_path={trained['ckpt']}", f"paths.data_dir={trained['data_dir']}"])
     metrics, _ = evaluate(cfg)
     gold_iob2 = read_conll(trained["test"], tag_column=1)
     tagger = Tagger.load(trained["ckpt"])
@@ -60,7 +61,8 @@ def test_evaluate_matches_predictions(trained: dict[str, Path], tmp_path: Path) 
     assert {"PER", "ORG", "LOC", "MISC"} <= {line.split()[0] for line in report.splitlines()[2:] if line.strip()}
     assert json.loads((tmp_path / "test_metrics.json").read_text())["support"] == expected.support
 
-    dev = compose_config("evaluate", tmp_path / "dev", [f"ckpt_path={trained['ckpt']}", f"paths.data_dir={trained['data_dir']}", "split=dev"])
+    dev = compose_config("evaluate", tmp_path / "dev",
+                         [f"ckpt_path={trained['ckpt']}", f"paths.data_dir={trained['data_dir']}", "split=dev"])
     evaluate(dev)
     assert (tmp_path / "dev" / "dev_report.txt").is_file()
 
@@ -168,7 +170,8 @@ def test_keep_types_model_is_evaluated_on_its_own_types(tmp_path: Path) -> None:
     predicted = model.predict([[f"{c[0]}\t{c[1]}" for c in s.columns] for s in gold])
     only_np = [[t if t.endswith("-NP") else "O" for t in s.tags] for s in gold]
     expected = span_scores(only_np, [p.tags for p in predicted], "IOB2").f1
-    metrics, _ = evaluate(compose_config("evaluate", tmp_path / "evaluate", [f"ckpt_path={ckpt}", "data=conll2000", *data]))
+    metrics, _ = evaluate(compose_config("evaluate", tmp_path / "evaluate",
+                                         [f"ckpt_path={ckpt}", "data=conll2000", *data]))
     assert metrics["test/f1"] == pytest.approx(expected, abs=1e-6)
 
 
@@ -205,7 +208,8 @@ def test_token_columns_model_reads_the_same_columns_in_predict_and_evaluate(tmp_
     assert Tagger.load(ckpt).token_columns == [0, 1]
 
     output = tmp_path / "pred.conll"
-    predict(compose_config("predict", tmp_path / "predict", [f"ckpt_path={ckpt}", f"input={test_file}", f"output={output}", "scheme=IOB2"]))
+    predict(compose_config("predict", tmp_path / "predict",
+                           [f"ckpt_path={ckpt}", f"input={test_file}", f"output={output}", "scheme=IOB2"]))
     gold = read_conll(test_file, tag_column=2)
     written = read_conll(output, tag_column=3)
     assert [s.tokens for s in written] == [s.tokens for s in gold]
@@ -213,13 +217,15 @@ def test_token_columns_model_reads_the_same_columns_in_predict_and_evaluate(tmp_
     assert predicted_f1 > 0.95  # unseen words: only the POS column can tag them
 
     # evaluate with the plain data config (no token_columns): the checkpoint supplies them
-    metrics, _ = evaluate(compose_config("evaluate", tmp_path / "evaluate", [f"ckpt_path={ckpt}", "data=conll2000", *data]))
+    metrics, _ = evaluate(compose_config("evaluate", tmp_path / "evaluate",
+                                         [f"ckpt_path={ckpt}", "data=conll2000", *data]))
     assert metrics["test/f1"] == pytest.approx(predicted_f1, abs=1e-6)
 
     text = tmp_path / "in.txt"
     text.write_text("the dog barks\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"in.txt:1: token columns \[0, 1\] need a column file"):
-        predict(compose_config("predict", tmp_path / "text", [f"ckpt_path={ckpt}", f"input={text}", "input_format=text"]))
+        predict(compose_config("predict", tmp_path / "text",
+                               [f"ckpt_path={ckpt}", f"input={text}", "input_format=text"]))
 
 
 def test_cluster_and_vector_features_through_the_entry_points(tmp_path: Path) -> None:

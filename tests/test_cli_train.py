@@ -56,7 +56,8 @@ def test_every_preset_composes(tmp_path: Path) -> None:
     for kind in ("first_order", "second_order", "precursor", "softmax"):
         assert compose_config("train", tmp_path, None, [f"crf={kind}"]).crf.kind == kind
     assert compose_config("train", tmp_path, None, ["crf=precursor"]).crf.memory == "type"
-    trainers = {name: compose_config("train", tmp_path, None, [f"trainer={name}"]).trainer for name in ("default", "cpu", "gpu", "ddp", "ddp_sim")}
+    names = ("default", "cpu", "gpu", "ddp", "ddp_sim")
+    trainers = {name: compose_config("train", tmp_path, None, [f"trainer={name}"]).trainer for name in names}
     assert trainers["gpu"].accelerator == "gpu" and trainers["ddp"].strategy == "ddp"
     assert trainers["ddp_sim"].accelerator == "cpu" and trainers["ddp_sim"].devices == 2
     experiment = compose_config("train", tmp_path, None, ["experiment=conll2003_bilstm_crf"])
@@ -130,13 +131,15 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 
 def test_resume_continues_exactly(data_dir: Path, tmp_path: Path) -> None:
     """2 epochs, then resume from last.ckpt for 1 more == 3 epochs straight (dropout on)."""
-    common = ["~logger", "test=false", "trainer.num_sanity_val_steps=0", "crf.dropout=0.3", "encoder.dropout=0.3", *TINY_BILSTM]
+    common = ["~logger", "test=false", "trainer.num_sanity_val_steps=0", "crf.dropout=0.3", "encoder.dropout=0.3",
+              *TINY_BILSTM]
     straight = compose_config("train", tmp_path / "straight", data_dir, ["trainer.max_epochs=3", *common])
     train(straight)
     first = compose_config("train", tmp_path / "first", data_dir, ["trainer.max_epochs=2", *common])
     train(first)
     last = tmp_path / "first" / "checkpoints" / "last.ckpt"
-    resumed = compose_config("train", tmp_path / "resumed", data_dir, ["trainer.max_epochs=3", f"ckpt_path={last}", *common])
+    resumed = compose_config("train", tmp_path / "resumed", data_dir,
+                             ["trainer.max_epochs=3", f"ckpt_path={last}", *common])
     train(resumed)
 
     expected = _weights(tmp_path / "straight" / "checkpoints" / "last.ckpt")
@@ -151,7 +154,8 @@ def test_resume_continues_exactly(data_dir: Path, tmp_path: Path) -> None:
 def test_training_without_a_dev_split(data_dir: Path, tmp_path: Path) -> None:
     """No dev split: validation is off and training + testing work; a callback that monitors a
     dev metric is refused before training instead of never firing."""
-    common = ["data.dev_path=null", "data.sample_dir=null", "~logger", "trainer.max_epochs=2", "data.batch_size=16", *TINY_BILSTM]
+    common = ["data.dev_path=null", "data.sample_dir=null", "~logger", "trainer.max_epochs=2", "data.batch_size=16",
+              *TINY_BILSTM]
     metrics, objects = train(compose_config("train", tmp_path / "ok", data_dir,
                                             ["callbacks=none", "+trainer.enable_checkpointing=false", *common]))
     assert objects["trainer"].current_epoch == 2 and 0.0 <= metrics["test/f1"] <= 1.0
@@ -177,7 +181,9 @@ def test_ddp_metrics_equal_single_process(data_dir: Path, tmp_path: Path) -> Non
 
     The dev split has 61 sentences, so the distributed sampler repeats one on the second rank.
     """
-    cfg = compose_config("train", tmp_path, data_dir, ["~logger", "callbacks=none", "trainer.max_epochs=3", "data.batch_size=16", "optimizer.lr=0.02", "test=false", *TINY_BILSTM])
+    overrides = ["~logger", "callbacks=none", "trainer.max_epochs=3", "data.batch_size=16", "optimizer.lr=0.02",
+                 "test=false", *TINY_BILSTM]
+    cfg = compose_config("train", tmp_path, data_dir, overrides)
     _, objects = train(cfg)
     model, datamodule = objects["model"], objects["datamodule"]
     assert any(tag != "O" for tag in datamodule.dev_sentences[0].tags)  # the repeated sentence counts
@@ -186,7 +192,8 @@ def test_ddp_metrics_equal_single_process(data_dir: Path, tmp_path: Path) -> Non
     assert expected > 0.0
 
     ddp_cfg = compose_config("train", tmp_path, data_dir, ["trainer=ddp_sim", "~logger", "callbacks=none"])
-    distributed = pl.Trainer(**{k: v for k, v in ddp_cfg.trainer.items() if k != "_target_"}, logger=False, enable_progress_bar=False)
+    distributed = pl.Trainer(**{k: v for k, v in ddp_cfg.trainer.items() if k != "_target_"}, logger=False,
+                             enable_progress_bar=False)
     assert distributed.world_size == 2
     result = distributed.validate(model, datamodule=datamodule, verbose=False)[0]["val/f1"]
     assert result == pytest.approx(expected, abs=1e-6)
@@ -196,7 +203,8 @@ def test_ddp_metrics_equal_single_process(data_dir: Path, tmp_path: Path) -> Non
 @pytest.mark.parametrize("head", ["softmax", "first_order", "second_order", "precursor"])
 def test_gpu_bf16_fast_dev_run_and_predict(head: str, data_dir: Path, tmp_path: Path) -> None:
     cfg = compose_config("train", tmp_path, data_dir, [
-        "trainer=gpu", "trainer.precision=bf16-mixed", f"crf={head}", "+trainer.fast_dev_run=true", "~logger", *TINY_BILSTM,
+        "trainer=gpu", "trainer.precision=bf16-mixed", f"crf={head}", "+trainer.fast_dev_run=true", "~logger",
+        *TINY_BILSTM,
     ])
     metrics, objects = train(cfg)
     assert all(math.isfinite(value) for value in metrics.values())
@@ -239,5 +247,6 @@ def test_wheel_carries_the_configs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     (wheel,) = tmp_path.glob("neurocrf-*.whl")
     packaged = {name for name in zipfile.ZipFile(wheel).namelist() if name.startswith("neurocrf/configs/")}
-    expected = {f"neurocrf/configs/{p.relative_to(repo / 'configs').as_posix()}" for p in (repo / "configs").rglob("*.yaml")}
+    configs = repo / "configs"
+    expected = {f"neurocrf/configs/{p.relative_to(configs).as_posix()}" for p in configs.rglob("*.yaml")}
     assert expected and packaged == expected

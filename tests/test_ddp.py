@@ -69,7 +69,8 @@ def checkpoint(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     return output / "checkpoints" / "last.ckpt"
 
 
-def test_ddp_sim_test_f1_of_a_checkpoint_equals_single_process(data_dir: Path, checkpoint: Path, tmp_path: Path) -> None:
+def test_ddp_sim_test_f1_of_a_checkpoint_equals_single_process(data_dir: Path, checkpoint: Path,
+                                                               tmp_path: Path) -> None:
     test_file = data_dir / "sample" / "test.conll"
     expected = single_process_f1(checkpoint, test_file)
     assert expected > 0.0  # a learned model: wrong gathering would show

@@ -38,7 +38,8 @@ def test_paths_file_reads_two_and_three_columns_and_round_trips(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     ("text", "problem"),
-    [("0101 paris\n", "expected 'bits<TAB>word"), ("01\tx\n012\ty\n", "not a bit string"), ("\t\n\n", "no word clusters")],
+    [("0101 paris\n", "expected 'bits<TAB>word"), ("01\tx\n012\ty\n", "not a bit string"),
+     ("\t\n\n", "no word clusters")],
 )
 def test_bad_paths_files_name_file_and_line(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "bad.paths"

@@ -282,7 +282,8 @@ def test_experiment_configs_compose(tmp_path: Path) -> None:
     assert cfg.trainer.precision == chunking.trainer.precision == "64-true"  # L-BFGS in float64
     pairs = _compose(tmp_path, ["experiment=chunking_conll2000_pairs"])  # extends the chunking experiment
     assert pairs.encoder.pair_templates == "chunking_pairs" and pairs.encoder.templates == "chunking"
-    assert pairs.data.dev_fraction is None and pairs.optimizer.l2_sigma2 == 10.0 and pairs.optimizer.chunk_tokens is None
+    assert pairs.data.dev_fraction is None and pairs.optimizer.l2_sigma2 == 10.0
+    assert pairs.optimizer.chunk_tokens is None
     assert pairs.data.token_columns == [0, 1] and pairs.trainer.precision == "64-true"
     noun_phrases = _compose(tmp_path, ["experiment=chunking_conll2000_np"])
     assert noun_phrases.data.keep_types == ["NP"] and noun_phrases.encoder.pair_templates == "chunking_pairs"

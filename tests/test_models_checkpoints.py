@@ -117,10 +117,12 @@ def test_every_broken_file_is_named_with_its_problem(files: dict[str, Path], tmp
         read_checkpoint(tmp_path)
 
 
-def test_weights_and_hyperparameters_that_do_not_build_the_model_are_named(files: dict[str, Path], tmp_path: Path) -> None:
+def test_weights_and_hyperparameters_that_do_not_build_the_model_are_named(files: dict[str, Path],
+                                                                           tmp_path: Path) -> None:
     checkpoint = read_checkpoint(files["tagger"])
     checkpoint["state_dict"]["projection.weight"] = torch.zeros(5, 5)
-    with pytest.raises(CheckpointError, match=r"shape\.ckpt: its weights do not fit the model it describes: .*projection"):
+    with pytest.raises(CheckpointError,
+                       match=r"shape\.ckpt: its weights do not fit the model it describes: .*projection"):
         Tagger.load(_bad(tmp_path, "shape.ckpt", _torch_bytes(checkpoint)))
     checkpoint = read_checkpoint(files["tagger"])
     checkpoint["hyper_parameters"]["tags"] = ["O", "O"]

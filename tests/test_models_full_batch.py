@@ -117,7 +117,8 @@ def test_iteration_limit_warns_and_flags() -> None:
     dm = _datamodule(size=30)
     model = _tagger(dm, {"name": "lbfgs", "max_iterations": 2, "tolerance_change": 1e-12})
     trainer = _trainer(epochs=50)
-    with pytest.warns(LBFGSNotConvergedWarning, match=r"did NOT converge: stopped after 2 iterations \(iteration limit\)"):
+    with pytest.warns(LBFGSNotConvergedWarning,
+                      match=r"did NOT converge: stopped after 2 iterations \(iteration limit\)"):
         trainer.fit(model, datamodule=dm)
     assert trainer.current_epoch == 2  # stopped by the optimizer, not by max_epochs
     assert trainer.callback_metrics["train/lbfgs_converged"] == 0
@@ -201,7 +202,8 @@ def test_progress_estimate_counts_the_epochs_left_and_can_be_turned_off(caplog: 
         warnings.simplefilter("ignore", LBFGSNotConvergedWarning)
         _trainer(epochs=3).fit(model, datamodule=dm)
         lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("L-BFGS iteration")]
-        assert [line.split(":")[0] for line in lines] == ["L-BFGS iteration 2 of at most 3", "L-BFGS iteration 3 of at most 3"]
+        assert [line.split(":")[0] for line in lines] == ["L-BFGS iteration 2 of at most 3",
+                                                          "L-BFGS iteration 3 of at most 3"]
         assert lines[-1].endswith("at most 0s left")  # max_epochs reached: that was the last iteration
         caplog.clear()
         quiet = _tagger(dm, {"name": "lbfgs", "max_iterations": 3, "log_every": 0})

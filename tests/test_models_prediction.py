@@ -19,7 +19,8 @@ HEADS = ["softmax", "first_order", "second_order", "precursor"]
 
 
 @torch.no_grad()
-def _path_log_probs(head, emissions: torch.Tensor, length: int, num_tags: int) -> tuple[list[tuple[int, ...]], torch.Tensor]:
+def _path_log_probs(head, emissions: torch.Tensor, length: int,
+                    num_tags: int) -> tuple[list[tuple[int, ...]], torch.Tensor]:
     """All tag sequences of ``length`` and their log-probabilities for one sentence ``[1, T, L]``."""
     paths = list(itertools.product(range(num_tags), repeat=length))
     tags = torch.tensor(paths, dtype=torch.long)
@@ -67,7 +68,8 @@ def test_predictions_match_brute_force(kind: str, scheme: str) -> None:
             assert prediction.confidences[t] == pytest.approx(marginal, abs=1e-4)
 
         expected_spans = get_spans(prediction.tags, scheme)
-        assert [(s.type, s.start, s.end) for s in prediction.spans] == [(s.type, s.start, s.end) for s in expected_spans]
+        found = [(s.type, s.start, s.end) for s in prediction.spans]
+        assert found == [(s.type, s.start, s.end) for s in expected_spans]
         for span in prediction.spans:
             # the probability that the output holds this span, summed over every encoding of it
             present = sum(

@@ -30,7 +30,8 @@ def datamodule() -> SequenceDataModule:
 
 def _tagger(dm: SequenceDataModule, kind: str = "first_order") -> Tagger:
     vocabularies = build_vocabularies(ENCODER, [s.tokens for s in dm.train_sentences])
-    return Tagger(ENCODER, {"kind": kind, "dropout": 0.1}, dm.tags, dm.scheme, vocabularies, {"name": "adam", "lr": 0.01})
+    return Tagger(ENCODER, {"kind": kind, "dropout": 0.1}, dm.tags, dm.scheme, vocabularies,
+                  {"name": "adam", "lr": 0.01})
 
 
 def _is_plain(value: object) -> bool:

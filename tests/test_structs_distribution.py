@@ -111,7 +111,8 @@ def test_every_quantity_matches_enumeration(case, scan):
         drawn = (samples[:, row, mask[row]].unsqueeze(1) == ys.unsqueeze(0)).all(-1)  # [50, N]
         assert (drawn.sum(1) == 1).all() and torch.isfinite(log_p[drawn.nonzero()[:, 1]]).all()
     # the layer methods agree with the distribution
-    torch.testing.assert_close(-dist.log_prob(samples[0].clamp(min=0)), crf(emissions, samples[0], mask, reduction="none"))
+    torch.testing.assert_close(-dist.log_prob(samples[0].clamp(min=0)),
+                               crf(emissions, samples[0], mask, reduction="none"))
     torch.testing.assert_close(dist.marginals, crf.marginals(emissions, mask))
     torch.testing.assert_close(dist.log_partition, crf.log_partition(emissions, mask))
 

@@ -81,7 +81,8 @@ def layer_outputs(crf, emissions, mask, tags):
     nll = crf(leaf, tags, mask, reduction="sum")
     nll.backward()
     with torch.no_grad():
-        return [crf.log_partition(emissions, mask), nll.detach(), leaf.grad, *[p.grad.clone() for p in crf.parameters()],
+        return [crf.log_partition(emissions, mask), nll.detach(), leaf.grad,
+                *[p.grad.clone() for p in crf.parameters()],
                 crf.marginals(emissions, mask), crf.decode(emissions, mask), crf.nbest(emissions, mask, k=3)[1]]
 
 

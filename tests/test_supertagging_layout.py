@@ -27,7 +27,8 @@ def imported_modules(path: Path) -> set[str]:
 def offending(paths: list[Path], forbidden: tuple[str, ...]) -> dict[str, list[str]]:
     found = {}
     for path in paths:
-        bad = sorted(m for m in imported_modules(path) if m in forbidden or m.startswith(tuple(f + "." for f in forbidden)))
+        below = tuple(f + "." for f in forbidden)
+        bad = sorted(m for m in imported_modules(path) if m in forbidden or m.startswith(below))
         if bad:
             found[str(path.relative_to(ROOT))] = bad
     return found

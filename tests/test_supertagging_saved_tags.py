@@ -141,14 +141,16 @@ def test_model_ensemble_and_saved_tags_are_supertag_sources(datamodule: Supertag
     assert result.attempted > 0 and result.failed == 0
 
 
-def _file(supertags: list[str], rows: list[list[tuple[int, float]]], transform: dict | None = None) -> tuple[dict, list]:
+def _file(supertags: list[str], rows: list[list[tuple[int, float]]],
+          transform: dict | None = None) -> tuple[dict, list]:
     header = {"format": "neurocrf-supertag-distributions", "version": 1, "supertags": supertags,
               "preterminals": ["P", "Q"], "roots": ["S"], "transform": transform or {"h": 0, "v": 1},
               "n": max(len(r) for r in rows), "sources": []}
     entry = TagDistribution("1", [f"w{i}" for i in range(len(rows))],
                             torch.tensor([[i for i, _ in r] for r in rows]),
                             torch.tensor([[math.log(p) for _, p in r] for r in rows]),
-                            torch.tensor([[0, 1]] * len(rows)), torch.tensor([[math.log(0.6), math.log(0.4)]] * len(rows)))
+                            torch.tensor([[0, 1]] * len(rows)),
+                            torch.tensor([[math.log(0.6), math.log(0.4)]] * len(rows)))
     return header, [entry]
 
 
@@ -183,10 +185,12 @@ def test_bad_files_name_file_and_line(tmp_path: Path) -> None:
                   r"range.jsonl:2: a supertags id outside the header's 2 labels"),
         "rows": (json.dumps(header) + "\n" + good.replace('["w0"]', '["w0", "w1"]') + "\n",
                  r"rows.jsonl:2: 2 words but 1 rows of supertags"),
-        "ragged": (json.dumps(header) + "\n" + good.replace('"supertags": [[0, 1]], "supertag_log_probs": [[-0.7, -0.7]]',
-                                                             '"supertags": [[0, 1], [0]], "supertag_log_probs": [[-0.7, -0.7], [0.0]]')
-                   .replace('["w0"]', '["w0", "w1"]').replace('[[0]], "preterminal_log_probs": [[0.0]]',
-                                                             '[[0], [0]], "preterminal_log_probs": [[0.0], [0.0]]') + "\n",
+        "ragged": (json.dumps(header) + "\n"
+                   + good.replace('"supertags": [[0, 1]], "supertag_log_probs": [[-0.7, -0.7]]',
+                                  '"supertags": [[0, 1], [0]], "supertag_log_probs": [[-0.7, -0.7], [0.0]]')
+                   .replace('["w0"]', '["w0", "w1"]')
+                   .replace('[[0]], "preterminal_log_probs": [[0.0]]',
+                            '[[0], [0]], "preterminal_log_probs": [[0.0], [0.0]]') + "\n",
                    r"ragged.jsonl:2: token 1: 1 supertags ids and 1 log-probabilities \(token 0 has 2\)"),
         "empty": ("", r"empty.jsonl: empty file"),
     }

@@ -222,7 +222,8 @@ def test_train_and_predict_by_hub_id_offline(data_dir: Path, tmp_path: Path) -> 
 
     output = tmp_path / "pred.conll"
     done = subprocess.run(
-        [sys.executable, "-m", "neurocrf.cli.predict", f"ckpt_path={ckpt}", f"input={data_dir / 'sample' / 'dev.conll'}",
+        [sys.executable, "-m", "neurocrf.cli.predict", f"ckpt_path={ckpt}",
+         f"input={data_dir / 'sample' / 'dev.conll'}",
          f"output={output}", f"hydra.run.dir={tmp_path / 'predict'}"],
         env={**env, "HF_HOME": str(tmp_path / "empty_home")},  # the checkpoint alone suffices
         check=True, capture_output=True, text=True, timeout=300,

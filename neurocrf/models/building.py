@@ -69,7 +69,9 @@ def _init_checkpoint(path: str, encoder: dict[str, Any], tags: list[str]) -> dic
     checkpoint = read_checkpoint(path, TAGGER)
     hparams = checkpoint["hyper_parameters"]
     if hparams["tags"] != list(tags):
-        raise ValueError(f"init_from={path}: the checkpoint's tags {hparams['tags']} differ from the data's {list(tags)}")
+        raise ValueError(
+            f"init_from={path}: the checkpoint's tags {hparams['tags']} differ from the data's {list(tags)}"
+        )
     if hparams["encoder"] != encoder:
         raise ValueError(f"init_from={path}: the checkpoint's encoder config {hparams['encoder']} differs from this"
                          f" run's {encoder}; feature and word ids would not line up")

@@ -134,7 +134,8 @@ class EpochSeed(Callback):
                 generator.manual_seed(int(self.seed) + epoch)
         _seed_all(int(self.seed) + epoch)
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
         if self.seed is not None and batch_idx == 0:
             _seed_all(int(self.seed) + int(trainer.current_epoch))
 

@@ -4,7 +4,8 @@ A supertag is the lexical rule of one token with the token replaced by a wildcar
 
     A(α_1, ..., α_f) -> B C
 
-with an attachment mark ``a`` in {1, 2}, where ``B`` is the rule's *first* child, ``C`` its *second* child (either may be absent) and each
+with an attachment mark ``a`` in {1, 2}, where ``B`` is the rule's *first* child, ``C`` its *second* child
+(either may be absent) and each
 ``α_i`` is a string over the variables ``x0, x1, ...`` (the blocks of ``B``, left to right),
 ``y0, y1, ...`` (the blocks of ``C``) and exactly one ``t`` in the whole rule. ``f`` is the fanout
 of the left-hand side; components are separated by a gap in the sentence.

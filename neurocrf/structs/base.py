@@ -286,7 +286,9 @@ class ChainCRF(nn.Module):
         rows, starts, allowed = rows.to(device).long(), starts.to(device).long(), allowed.to(device)
         num, span = allowed.shape[:2]
         if tuple(allowed.shape) != (num, span, self.num_tags) or allowed.dtype != torch.bool:
-            raise ValueError(f"allowed must be bool [windows, width, num_tags], got {allowed.dtype} {tuple(allowed.shape)}")
+            raise ValueError(
+                f"allowed must be bool [windows, width, num_tags], got {allowed.dtype} {tuple(allowed.shape)}"
+            )
         positions = starts.unsqueeze(1) + torch.arange(span, device=device)  # [J, W]
         outside = positions >= lengths[rows].unsqueeze(1)
         if bool((outside.unsqueeze(-1) & ~allowed).any()):

@@ -139,7 +139,8 @@ class ExpScan:
         """Products of the first (or last) ``j + 1`` matrices of every block, rescaled to max 1,
         and their log scales: ``[num_blocks, K, B, S, S]``, ``[num_blocks, K, B]``."""
         matrices = self.step_matrices
-        products, logs = [matrices[:, -1 if reverse else 0]], [matrices.new_zeros(matrices.shape[:1] + matrices.shape[2:3])]
+        products = [matrices[:, -1 if reverse else 0]]
+        logs = [matrices.new_zeros(matrices.shape[:1] + matrices.shape[2:3])]
         for j in range(1, self.block):
             if reverse:
                 step = torch.matmul(matrices[:, self.block - 1 - j], products[-1])

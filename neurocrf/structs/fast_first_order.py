@@ -367,7 +367,8 @@ class _GoldScore(torch.autograd.Function):
             ctx.kernel = True
             ctx.save_for_backward(states, lengths)
             ctx.shapes = size
-            return fast_kernel.gold_score(*(x.contiguous() for x in (start, transitions, end, emissions)), states, lengths)
+            return fast_kernel.gold_score(*(x.contiguous() for x in (start, transitions, end, emissions)), states,
+                                          lengths)
         ctx.kernel = False
         active = torch.arange(steps, device=states.device) < lengths.unsqueeze(1)  # [B, T]
         has_any = lengths > 0

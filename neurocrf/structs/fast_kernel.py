@@ -7,7 +7,8 @@ Off by default. Turn it on with ``NEUROCRF_COMPILED_KERNEL=1`` in the environmen
 install time. Without a working compiler it warns once, says why, and
 :mod:`~neurocrf.structs.fast_first_order` keeps its pure-torch loops.
 
-The kernel computes what the pure-torch path computes (and the score of given tag paths), row by row on CPU tensors: the rescaled
+The kernel computes what the pure-torch path computes (and the score of given tag paths), row by row
+on CPU tensors: the rescaled
 forward-backward pass in float64 (rescaled at every position and certified as it runs: every
 product of a nonzero rescaled value and a nonzero factor of the next step is at least
 ``exp(-700)``, so no finite score is lost to underflow; otherwise it reports failure and the

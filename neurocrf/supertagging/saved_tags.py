@@ -104,7 +104,8 @@ def _open(path: Path, mode: str) -> IO[str]:
     return open(path, mode, encoding="utf-8")
 
 
-def tag_file_header(tagger: SupertagSource, distributions: Sequence[TagDistribution], sources: Sequence[str] = ()) -> dict[str, Any]:
+def tag_file_header(tagger: SupertagSource, distributions: Sequence[TagDistribution],
+                    sources: Sequence[str] = ()) -> dict[str, Any]:
     """The header line of a tag file holding ``distributions`` computed by ``tagger``."""
     n = max((len(row) for d in distributions for row in d.supertags), default=0)
     return {"format": FORMAT, "version": VERSION, "supertags": list(tagger.supertags),

@@ -11,7 +11,8 @@ the preterminal one weighted by ``heads.pos_weight``, each *auxiliary* one by it
 ``heads.auxiliary``. With ``heads.distill = w > 0`` (knowledge distillation, Hinton et al. 2015)
 the supertag term is ``(1 - w)`` times the cross-entropy against the gold supertag plus ``w``
 times the cross-entropy against a teacher's distribution (saved tags of the training split from
-a model or an ensemble, ``data.teacher``; validation scores the gold term only). Auxiliary heads (multi-task learning) predict per-token annotations of the
+a model or an ensemble, ``data.teacher``; validation scores the gold term only). Auxiliary heads
+(multi-task learning) predict per-token annotations of the
 treebank that the supertags do not hold, such as the grammatical function (``function``) or the
 function of the phrase a word heads (``projection``; :data:`neurocrf.parsing.tree.ANNOTATIONS`);
 they shape the shared encoder during training and are not used for parsing.
