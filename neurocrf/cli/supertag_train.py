@@ -29,14 +29,7 @@ import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import (
-    best_checkpoint,
-    float_metrics,
-    instantiate_list,
-    log_config,
-    set_seed,
-    training_main,
-)
+from neurocrf.cli.utils import best_checkpoint, float_metrics, instantiate_list, log_config, set_seed, training_main
 from neurocrf.models.building import start_options
 from neurocrf.models.checkpoints import SUPERTAGGER, read_checkpoint
 from neurocrf.values import to_plain

@@ -29,14 +29,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, open_dict
 
-from neurocrf.cli.utils import (
-    best_checkpoint,
-    float_metrics,
-    instantiate_list,
-    log_config,
-    set_seed,
-    training_main,
-)
+from neurocrf.cli.utils import best_checkpoint, float_metrics, instantiate_list, log_config, set_seed, training_main
 from neurocrf.models.building import build_tagger
 from neurocrf.models.checkpoints import TAGGER, CheckpointError, read_checkpoint
 from neurocrf.study.runs import SUMMARY_FILE

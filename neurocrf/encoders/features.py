@@ -34,14 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from neurocrf.encoders.base import (
-    Encoder,
-    Lookup,
-    counted_vocabulary,
-    find_word,
-    sentence_mask,
-    with_defaults,
-)
+from neurocrf.encoders.base import Encoder, Lookup, counted_vocabulary, find_word, sentence_mask, with_defaults
 from neurocrf.encoders.clusters import load_clusters
 from neurocrf.encoders.templates import BIAS, Clusters, FeatureTemplates
 from neurocrf.encoders.vector_features import WordVectorFeatures, vector_vocabulary

@@ -84,16 +84,8 @@ class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
         restore: bool = False,
     ) -> None:
         super().__init__()
-        hparams = plain_values(
-            encoder=encoder,
-            head=head,
-            tags=tags,
-            scheme=scheme,
-            vocabularies=vocabularies,
-            optimizer=optimizer or {"name": "adam", "lr": 1e-3},
-            scheduler=scheduler,
-            config=config,
-        )
+        hparams = plain_values(encoder=encoder, head=head, tags=tags, scheme=scheme, vocabularies=vocabularies,
+                           optimizer=optimizer or {"name": "adam", "lr": 1e-3}, scheduler=scheduler, config=config)
         # The vocabularies can be large: loggers get the run config from the CLI instead.
         self.save_hyperparameters(hparams, logger=False)
         if len(set(tags)) != len(tags) or not tags:

@@ -108,20 +108,10 @@ class Supertagger(Checkpointed, pl.LightningModule):
         restore: bool = False,
     ) -> None:
         super().__init__()
-        hparams = plain_values(
-            encoder=encoder,
-            vocabularies=vocabularies,
-            supertags=supertags,
-            preterminals=preterminals,
-            roots=roots,
-            auxiliary_labels=auxiliary_labels or {},
-            optimizer=optimizer or {"name": "adam", "lr": 2e-3},
-            scheduler=scheduler,
-            heads=heads or {},
-            parsing=parsing or {},
-            transform=transform or {},
-            config=config,
-        )
+        hparams = plain_values(encoder=encoder, vocabularies=vocabularies, supertags=supertags,
+                           preterminals=preterminals, roots=roots, auxiliary_labels=auxiliary_labels or {},
+                           optimizer=optimizer or {"name": "adam", "lr": 2e-3}, scheduler=scheduler, heads=heads or {},
+                           parsing=parsing or {}, transform=transform or {}, config=config)
         self.save_hyperparameters(hparams, logger=False)
         for name, labels in (("supertags", supertags), ("preterminals", preterminals)):
             if not labels or len(set(labels)) != len(labels):
