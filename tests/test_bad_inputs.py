@@ -268,3 +268,43 @@ def test_empty_sentences_have_their_nbest_and_their_line(tmp_path: Path, tagger:
         else:
             per_input_line.append([])
     assert per_input_line[:-1] == [line.split() for line in text.splitlines()] and per_input_line[-1] == []
+
+
+def test_parse_outputs_are_whole_or_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """neurocrf-parse's trees and report: a failure while writing leaves the earlier file as it was."""
+    import types
+
+    import neurocrf.parsing as parsing
+    from neurocrf.supertagging.pipeline import write_run
+
+    previous = write(tmp_path, "parsed.discbracket", "(ROOT (N a))\t1\n")
+
+    def fail_halfway(target, sentences, fmt="discbracket", **options) -> None:  # noqa: ANN001
+        target.write("(ROOT (N")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(parsing, "write_treebank", fail_halfway)
+    with pytest.raises(OSError, match="disk full"):
+        write_run(types.SimpleNamespace(predictions=[]), {}, previous)
+    assert previous.read_text() == "(ROOT (N a))\t1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["parsed.discbracket"]
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("\ufeff(S (N 0=a) (V 1=b))\t1\n2\t(S (N 0=c))\n", ":2: expected a tree"),  # the old id<TAB>tree form
+    ("(S (N 0=a) (V 1=b))\t1\n(S (N 0=c)\t2\n", ":2: "),  # an unbalanced bracket
+    (b"(S (N 0=a) (V 1=b))\t1\n(S (N 0=\xf6))\t2\n", ":2: bytes b'\\xf6' are not valid utf-8"),
+])
+def test_extract_names_file_and_line_of_a_bad_treebank(content: str | bytes, problem: str, tmp_path: Path) -> None:
+    from neurocrf.cli.extract import extract
+
+    bank = tmp_path / "bank.discbracket"
+    if isinstance(content, bytes):
+        bank.write_bytes(content)
+    else:
+        bank.write_text(content, encoding="utf-8")
+    with pytest.raises(Exception) as error:
+        extract(config("extract", tmp_path / "out", ["treebank=tiny", f"treebank.path={bank}",
+                                                     "treebank.generate=null"]))
+    assert "bank.discbracket" in str(error.value) and problem in str(error.value), str(error.value)
+    assert not (tmp_path / "out" / "stats.json").exists()

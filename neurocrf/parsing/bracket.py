@@ -21,7 +21,14 @@ import re
 from pathlib import Path
 from typing import Iterable, TextIO
 
-from neurocrf.parsing.tree import Tree, TreebankFormatError, TreebankSentence, _tokenize, parse_bracketed
+from neurocrf.parsing.tree import (
+    Tree,
+    TreebankFormatError,
+    TreebankSentence,
+    _tokenize,
+    parse_bracketed,
+    read_text_lines,
+)
 
 __all__ = ["read_discbracket", "parse_discbracket", "write_discbracket", "discbracket_line",
            "read_penn", "parse_penn", "strip_function_tags"]
@@ -30,8 +37,7 @@ __all__ = ["read_discbracket", "parse_discbracket", "write_discbracket", "discbr
 # ---------------------------------------------------------------------------- discbracket
 def read_discbracket(path: str | os.PathLike, *, encoding: str = "utf-8") -> list[TreebankSentence]:
     """Read a discbracket file (see the module docstring)."""
-    with open(path, encoding=encoding) as f:
-        return parse_discbracket(f, source=str(path))
+    return parse_discbracket(read_text_lines(path, encoding), source=str(path))
 
 
 def parse_discbracket(lines: Iterable[str] | str, *, source: str | None = None) -> list[TreebankSentence]:
@@ -109,7 +115,7 @@ def read_penn(path: str | os.PathLike, *, encoding: str = "utf-8",
               root_label: str = "ROOT") -> list[TreebankSentence]:
     """Read a Penn Treebank bracket file; ids are ``<file stem>:<n>`` (1-based)."""
     path = Path(path)
-    return parse_penn(path.read_text(encoding=encoding), source=str(path),
+    return parse_penn("".join(read_text_lines(path, encoding)), source=str(path),
                       id_prefix=path.stem + ":", root_label=root_label)
 
 

@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 from typing import Iterable, TextIO
 
-from neurocrf.parsing.tree import Tree, TreebankFormatError, TreebankSentence
+from neurocrf.parsing.tree import Tree, TreebankFormatError, TreebankSentence, read_text_lines
 
 __all__ = ["read_export", "parse_export", "write_export", "export_block"]
 
@@ -41,8 +41,7 @@ _NONTERMINAL = re.compile(r"^#(\d+)$")
 def read_export(path: str | os.PathLike, fmt: int | None = None, *, root_label: str = "VROOT",
                 encoding: str = "utf-8") -> list[TreebankSentence]:
     """Read an export file (see the module docstring)."""
-    with open(path, encoding=encoding) as f:
-        return parse_export(f, fmt, root_label=root_label, source=str(path))
+    return parse_export(read_text_lines(path, encoding), fmt, root_label=root_label, source=str(path))
 
 
 def parse_export(lines: Iterable[str] | str, fmt: int | None = None, *, root_label: str = "VROOT",

@@ -340,6 +340,24 @@ class TreebankFormatError(ValueError):
         self.problem = problem
 
 
+def read_text_lines(path: str | os.PathLike, encoding: str = "utf-8") -> list[str]:
+    """The lines of a treebank file (line ends kept), without a leading byte order mark; bytes the
+    encoding cannot read are a :class:`TreebankFormatError` naming the file and line."""
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    lines = []
+    for number, line in enumerate(raw.splitlines(keepends=True), 1):
+        try:
+            lines.append(line.decode(encoding))
+        except UnicodeDecodeError as error:
+            bad = line[error.start:error.end]
+            raise TreebankFormatError(path, number, f"bytes {bad!r} are not valid {encoding}"
+                                      f" ({error.reason})") from None
+    if lines and lines[0].startswith("\ufeff"):
+        lines[0] = lines[0][1:]
+    return lines
+
+
 @dataclass
 class TreebankSentence:
     """One treebank entry: ``tree``'s terminal indices point into ``words``.

@@ -207,17 +207,22 @@ def format_parse_report(report: Mapping[str, Any]) -> str:
 
 def write_run(run: ParseRun, report: Mapping[str, Any], output: str | Path,
               report_prefix: str | Path | None = None) -> tuple[Path, Path, Path]:
-    """Write the trees (discbracket with ids) and the report (JSON + text); returns the paths."""
+    """Write the trees (discbracket with ids) and the report (JSON + text); returns the paths.
+    Each file is written whole or not at all (a temporary file renamed into place)."""
+    import io
+
+    from neurocrf.data.conll import atomic_write_text
     from neurocrf.parsing import write_treebank
 
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_treebank(output, [p for p in run.predictions if p.words], "discbracket", write_ids=True)
+    trees = io.StringIO()
+    write_treebank(trees, [p for p in run.predictions if p.words], "discbracket", write_ids=True)
+    atomic_write_text(output, trees.getvalue())
     prefix = Path(report_prefix) if report_prefix is not None else output.with_suffix("")
     json_path = prefix.parent / f"{prefix.name}_report.json"
     text_path = prefix.parent / f"{prefix.name}_report.txt"
-    json_path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-    text_path.write_text(format_parse_report(report), encoding="utf-8")
+    atomic_write_text(json_path, json.dumps(report, indent=2, default=str) + "\n")
+    atomic_write_text(text_path, format_parse_report(report))
     return output, json_path, text_path
 
 
