@@ -97,9 +97,9 @@ def test_no_machine_paths_or_work_history(path: Path) -> None:
 
 
 def test_checks_catch_what_they_are_for() -> None:
-    assert MACHINE_PATH.search("see /work/shared/data") and MACHINE_PATH.search("--out /tmp/x.md")
+    assert MACHINE_PATH.search("see /home/ann/data") and MACHINE_PATH.search("--out /tmp/x.md")
     assert not MACHINE_PATH.search('mktemp -d "${TMPDIR:-/tmp}/x"'.replace(GENERIC_PATHS[0], ""))
-    assert not MACHINE_PATH.search("pkg:/path/to/model or docs/work/x")
+    assert not MACHINE_PATH.search("pkg:/path/to/model or docs/home/x")
     assert any(p.search("an earlier run with crf.dropout") for p in WORK_HISTORY)
     assert any(p.search("measured in session 11") for p in WORK_HISTORY)
     assert not any(p.search("session = onnxruntime.InferenceSession(path)") for p in WORK_HISTORY)
