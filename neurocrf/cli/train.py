@@ -76,7 +76,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     if cfg.get("train", True):
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
         # before testing: trainer.test(ckpt_path=...) restores the callbacks' states of that checkpoint
-        objects["epochs"] = _epoch_records(callbacks)
+        objects["epochs"], objects["best_epoch"] = _epoch_records(callbacks)
         if best_checkpoint(trainer) is None and cfg.get("save_final", True):
             final_ckpt = str(Path(cfg.paths.output_dir) / "checkpoints" / "final.ckpt")
             trainer.save_checkpoint(final_ckpt, weights_only=True)
@@ -100,7 +100,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         objects["ckpt_path"] = ckpt_path
     objects["final_ckpt"] = final_ckpt
     if trainer.is_global_zero and cfg.get("train", True):
-        objects["summary"] = _write_summary(cfg, metrics, objects, callbacks)
+        objects["summary"] = _write_summary(cfg, metrics, objects)
     return metrics, objects
 
 
@@ -132,18 +132,17 @@ def _resume_from_last(cfg: DictConfig) -> None:
     log.info("resume: continuing from %s", last)
 
 
-def _write_summary(cfg: DictConfig, metrics: dict[str, float], objects: dict[str, Any],
-                   callbacks: list[pl.Callback]) -> dict[str, Any]:
-    """``<run dir>/summary.json``: what a sweep report needs from one run."""
-    epochs = objects.get("epochs", [])
-    scored = [record for record in epochs if record.get("val/f1") is not None]
+def _write_summary(cfg: DictConfig, metrics: dict[str, float], objects: dict[str, Any]) -> dict[str, Any]:
+    """``<run dir>/summary.json`` (written whole or not at all): what a sweep report needs from one run."""
+    from neurocrf.data.conll import atomic_write_text
+
     model = objects["model"]
     summary = {
         "metrics": metrics,
         "test": model.test_scores.to_dict() if model.test_scores is not None else None,
         "checkpoint": objects.get("ckpt_path"),
-        "epochs": epochs,
-        "best_epoch": max(scored, key=lambda r: (r["val/f1"], -r["epoch"]))["epoch"] if scored else None,
+        "epochs": objects.get("epochs", []),
+        "best_epoch": objects.get("best_epoch"),
         "seed": cfg.get("seed"),
         "crf": to_plain(cfg.crf),
         "data": {key: value for key, value in (to_plain(cfg.data) or {}).items() if key.endswith("_path")},
@@ -152,19 +151,18 @@ def _write_summary(cfg: DictConfig, metrics: dict[str, float], objects: dict[str
         "device": _device_name(objects["trainer"]),
         "torch_threads": torch.get_num_threads(),
     }
-    path = Path(cfg.paths.output_dir) / SUMMARY_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    temporary.replace(path)
+    atomic_write_text(Path(cfg.paths.output_dir) / SUMMARY_FILE, json.dumps(summary, indent=1) + "\n")
     return summary
 
 
-def _epoch_records(callbacks: list[pl.Callback]) -> list[dict[str, Any]]:
+def _epoch_records(callbacks: list[pl.Callback]) -> tuple[list[dict[str, Any]], int | None]:
+    """The epoch timer's records and best epoch, taken before testing restores another state."""
     from neurocrf.models.callbacks import EpochTimer
 
     timer = next((c for c in callbacks if isinstance(c, EpochTimer)), None)
-    return [dict(record) for record in timer.records] if timer is not None else []
+    if timer is None:
+        return [], None
+    return [dict(record) for record in timer.records], timer.best_epoch()
 
 
 def _task_overrides() -> list[str]:

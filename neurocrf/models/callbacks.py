@@ -100,6 +100,14 @@ class EpochTimer(Callback):
         score = "" if value is None else f", {self.monitor} {float(value):.4f}"
         log.info("epoch %d: %.1f s%s", record["epoch"], record["seconds"], score)
 
+    def best_epoch(self) -> int | None:
+        """The epoch (0-based) of the best ``monitor`` score, the first one on ties; None without
+        scores."""
+        scored = [r for r in self.records if r.get(self.monitor) is not None]
+        if not scored:
+            return None
+        return max(scored, key=lambda r: (r[self.monitor], -r["epoch"]))["epoch"]
+
     def state_dict(self) -> dict[str, Any]:
         return {"records": list(self.records)}
 
