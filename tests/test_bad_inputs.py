@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
+from sample_data import sample_data_dir
 
 import neurocrf.cli.predict as predict_module
 from neurocrf.cli.evaluate import evaluate
@@ -25,7 +26,6 @@ from neurocrf.cli.supertag_train import train as train_supertagger
 from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import ConllFormatError
-from neurocrf.data.sample import ensure_sample_corpus
 from neurocrf.models.checkpoints import CheckpointError
 
 EVAL_QUIET = ["~callbacks.progress_bar", "+trainer.enable_progress_bar=false"]
@@ -41,9 +41,7 @@ def config(name: str, out: Path, overrides: list[str], data_dir: Path | None = N
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("data")
-    ensure_sample_corpus(folder / "sample", seed=13, train_size=60, dev_size=10, test_size=10)
-    return folder
+    return sample_data_dir(tmp_path_factory, seed=13, train_size=60, dev_size=10, test_size=10)
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import DictConfig
+from sample_data import sample_data_dir
 
 from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config
-from neurocrf.data.sample import ensure_sample_corpus
 
 TINY = [
     "encoder.word_dim=16", "encoder.char_dim=8", "encoder.char_hidden=8", "encoder.hidden_size=16",
@@ -26,9 +26,7 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("data")
-    ensure_sample_corpus(folder / "sample", seed=5, train_size=300, dev_size=40, test_size=40)
-    return folder
+    return sample_data_dir(tmp_path_factory, seed=5, train_size=300, dev_size=40, test_size=40)
 
 
 def config(run_dir: Path, data_dir: Path, overrides: list[str]) -> DictConfig:

@@ -12,11 +12,11 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
+from sample_data import sample_data_dir
 from tiny_models import save_tiny_bert
 
 from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config, metric_value
-from neurocrf.data.sample import ensure_sample_corpus
 from neurocrf.models.metrics import span_scores
 from neurocrf.models.tagger import Tagger
 
@@ -28,9 +28,7 @@ TINY_BILSTM = [
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``paths.data_dir`` holding a small built-in sample (the configs read ``<data_dir>/sample``)."""
-    folder = tmp_path_factory.mktemp("data")
-    ensure_sample_corpus(folder / "sample", seed=13, train_size=600, dev_size=61, test_size=60)
-    return folder
+    return sample_data_dir(tmp_path_factory, seed=13, train_size=600, dev_size=61, test_size=60)
 
 
 @pytest.fixture(scope="module")

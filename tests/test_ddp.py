@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
+from sample_data import sample_data_dir
 
 from neurocrf.cli.evaluate import evaluate
 from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import read_conll
-from neurocrf.data.sample import ensure_sample_corpus
 from neurocrf.data.schemes import get_spans
 from neurocrf.models.metrics import span_scores
 from neurocrf.models.tagger import Tagger
@@ -39,9 +39,7 @@ TEST_SIZE = 61
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("data")
-    ensure_sample_corpus(folder / "sample", seed=13, train_size=300, dev_size=40, test_size=TEST_SIZE)
-    return folder
+    return sample_data_dir(tmp_path_factory, seed=13, train_size=300, dev_size=40, test_size=TEST_SIZE)
 
 
 def compose_config(name: str, output_dir: Path, data_dir: Path, overrides: list[str]) -> DictConfig:

@@ -28,9 +28,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
+from sample_data import sample_data_dir
 
 from neurocrf.cli.utils import CONFIG_DIR
-from neurocrf.data.sample import ensure_sample_corpus
 
 PROJECT_ROOT = Path(CONFIG_DIR).parent
 
@@ -117,9 +117,7 @@ def best_dev_f1(job_dir: Path) -> float:
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("data")
-    ensure_sample_corpus(folder / "sample", seed=13, train_size=200, dev_size=40, test_size=40)
-    return folder
+    return sample_data_dir(tmp_path_factory, seed=13, train_size=200, dev_size=40, test_size=40)
 
 
 # ---------------------------------------------------------------------------------- configs

@@ -16,6 +16,7 @@ import hydra
 import pytest
 import pytorch_lightning as pl
 import torch
+from sample_data import sample_data_dir
 from tiny_models import install_in_hub_cache, save_tiny_bert
 
 from neurocrf.cli.evaluate import evaluate
@@ -23,7 +24,6 @@ from neurocrf.cli.predict import predict
 from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import read_conll
-from neurocrf.data.sample import ensure_sample_corpus
 from neurocrf.encoders.hf_model import load_config, load_tokenizer, model_source, tokenizer_options
 from neurocrf.models.building import build_tagger
 from neurocrf.models.tagger import Tagger
@@ -36,9 +36,7 @@ QUICK = ["~logger", "trainer.max_epochs=1", "+trainer.limit_train_batches=3", "+
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("data")
-    ensure_sample_corpus(folder / "sample", seed=5, train_size=64, dev_size=16, test_size=16)
-    return folder
+    return sample_data_dir(tmp_path_factory, seed=5, train_size=64, dev_size=16, test_size=16)
 
 
 def _train(tmp_path: Path, data_dir: Path, model_path: str, *overrides: str) -> tuple[dict[str, float], dict[str, Any]]:
