@@ -9,6 +9,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from tiny_models import TINY_ENCODER
 
 from neurocrf.cli.supertag_train import train
 from neurocrf.cli.utils import compose_task_config
@@ -19,7 +20,6 @@ from neurocrf.parsing.treebank import write_sample_treebank
 from neurocrf.supertagging.data import SupertagDataModule
 from neurocrf.supertagging.supertagger import Supertagger
 
-TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}
 EXPORT_TREEBANK = {"format": "export", "reader": {"root_label": "ROOT"}}
 
 

@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_models import TINY_ENCODER
 
 from neurocrf.encoders import build_vocabularies
 from neurocrf.parsing.treebank import write_sample_treebank
 from neurocrf.supertagging.data import SupertagDataModule, teacher_distributions
 from neurocrf.supertagging.saved_tags import tag_distributions, tag_file_header, write_tag_file
 from neurocrf.supertagging.supertagger import Supertagger
-
-TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}
 
 
 @pytest.fixture(scope="module")

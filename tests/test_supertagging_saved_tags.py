@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import TINY_ENCODER
 
 from neurocrf.encoders import build_vocabularies
 from neurocrf.parsing.treebank import write_sample_treebank
@@ -28,8 +29,6 @@ from neurocrf.supertagging.saved_tags import (
 )
 from neurocrf.supertagging.source import KBestTags, SupertagScorer, SupertagSource
 from neurocrf.supertagging.supertagger import Supertagger
-
-TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}
 
 
 @pytest.fixture(scope="module")

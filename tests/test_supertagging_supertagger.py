@@ -11,6 +11,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from ddp_shards import distributed_shards
+from tiny_models import TINY_ENCODER
 
 from neurocrf.data.conll import ConllFormatError
 from neurocrf.data.datamodule import BucketBatchSampler
@@ -28,8 +29,6 @@ from neurocrf.supertagging.data import (
 from neurocrf.supertagging.ensemble import SupertaggerEnsemble, load_supertagger
 from neurocrf.supertagging.source import KBestTags
 from neurocrf.supertagging.supertagger import Supertagger
-
-TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 
 CHARS = string.ascii_letters + string.digits + string.punctuation
+# A small BiLSTM encoder config (words only, no dropout) for the supertagger tests.
+TINY_ENCODER = {"name": "bilstm", "word_dim": 16, "char": None, "hidden_size": 32, "dropout": 0.0}
 
 
 def save_tiny_bert(folder: Path, words: tuple[str, ...] = (), hidden_size: int = 16, layers: int = 1,
