@@ -192,28 +192,9 @@ def test_ddp_metrics_equal_single_process(data_dir: Path, tmp_path: Path) -> Non
     ddp_cfg = compose_config("train", tmp_path, data_dir, ["trainer=ddp_sim", "~logger", "callbacks=none"])
     trainer_kwargs = {k: v for k, v in ddp_cfg.trainer.items() if k != "_target_"}
     assert pl.Trainer(**trainer_kwargs, logger=False).world_size == 2
-    result = validate_ddp_spawn(trainer_kwargs, model, datamodule)
+    trainer = pl.Trainer(**trainer_kwargs, logger=False, enable_progress_bar=False)
+    result = trainer.validate(model, datamodule=datamodule, verbose=False)[0]["val/f1"]
     assert result == pytest.approx(expected, abs=1e-6)
-
-
-def validate_ddp_spawn(trainer_kwargs: dict, model: Tagger, datamodule: pl.LightningDataModule) -> float:
-    """Dev F1 of a ddp_spawn validation, tried a second time if a worker aborts.
-
-    On a loaded 2-core machine a gloo worker now and then aborts while its process exits
-    ("terminate called without an active exception", SIGABRT), after the gathered metric was
-    computed; that is the process group's teardown, not the metric under test, so one more try is
-    allowed. Any other failure, or a second abort, fails the test.
-    """
-    def validate() -> float:
-        trainer = pl.Trainer(**trainer_kwargs, logger=False, enable_progress_bar=False)
-        return trainer.validate(model, datamodule=datamodule, verbose=False)[0]["val/f1"]
-
-    try:
-        return validate()
-    except torch.multiprocessing.ProcessExitedException as error:
-        if error.signal_name != "SIGABRT":
-            raise
-    return validate()
 
 
 @pytest.mark.gpu

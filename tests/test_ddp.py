@@ -107,3 +107,32 @@ def test_ddp_sim_training_cli_end_to_end(data_dir: Path, tmp_path: Path) -> None
     test_file = data_dir / "sample" / "test.conll"
     assert report["support"] == gold_spans(test_file)
     assert report["f1"] == pytest.approx(single_process_f1(best, test_file), abs=1e-6)
+
+
+# Run as `python -c EXIT_CHECK <evaluate overrides>`: registered before anything of neurocrf, this
+# handler runs after every other exit handler (last in, first out) and reports whether the process
+# group was still open when the interpreter began to finalise (where gloo's threads can abort it).
+EXIT_CHECK = """
+import atexit, sys
+import torch.distributed as dist
+atexit.register(lambda: print(f"process group open at exit: {dist.is_initialized()}", flush=True))
+from neurocrf.cli.evaluate import main
+main()
+"""
+
+
+def test_a_distributed_run_destroys_its_process_group_before_the_interpreter_exits(
+        data_dir: Path, checkpoint: Path, tmp_path: Path) -> None:
+    """``neurocrf-evaluate`` under the DDP strategy in one process (gloo, world size 1): the group
+    Lightning opened is destroyed at exit, and the run exits 0 with nothing on stderr after its
+    work. An open group makes a spawned worker abort now and then (neurocrf.models.distributed)."""
+    command = [
+        sys.executable, "-c", EXIT_CHECK, f"ckpt_path={checkpoint}", "trainer=ddp_sim", "trainer.strategy=ddp",
+        "trainer.devices=1", f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / 'run'}", *EVAL,
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    done = subprocess.run(command, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "MEMBER: 1/1" in done.stdout + done.stderr  # Lightning really initialised a process group
+    assert "process group open at exit: False" in done.stdout, done.stdout[-2000:]
+    assert "terminate called" not in done.stderr and "destroy_process_group" not in done.stderr

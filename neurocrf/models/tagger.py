@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from neurocrf.conventions import OUTSIDE
 from neurocrf.encoders import build_encoder
 from neurocrf.models.checkpoints import TAGGER, Checkpointed
+from neurocrf.models.distributed import ProcessGroupTeardown
 from neurocrf.models.full_batch import FullBatchTraining
 from neurocrf.models.heads import TaggingHead, build_head
 from neurocrf.models.metrics import SpanScores, write_report, write_tag_rows
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 PREDICT_PRECISIONS = ("32", "bf16")
 
 
-class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
+class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.LightningModule):
     """Encoder + projection + CRF (first order, second order, precursor) or softmax head.
 
     Full-batch L-BFGS training comes from :class:`~neurocrf.models.full_batch.FullBatchTraining`,

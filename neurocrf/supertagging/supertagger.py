@@ -44,6 +44,7 @@ from torch import Tensor, nn
 
 from neurocrf.encoders import build_encoder
 from neurocrf.models.checkpoints import SUPERTAGGER, Checkpointed
+from neurocrf.models.distributed import ProcessGroupTeardown
 from neurocrf.models.optim import configure_optimizers
 from neurocrf.parsing.parser import Parser, candidates_from_topk
 from neurocrf.supertagging.heads import build_supertag_head
@@ -62,7 +63,7 @@ PARSING_DEFAULTS: dict[str, Any] = {
 }
 
 
-class Supertagger(Checkpointed, pl.LightningModule):
+class Supertagger(Checkpointed, ProcessGroupTeardown, pl.LightningModule):
     """Encoder + supertag head + preterminal head.
 
     Loading (:meth:`load`) and the best dev supertag accuracy across epochs and resumes
