@@ -102,6 +102,7 @@ def test_ddp_sim_training_cli_end_to_end(data_dir: Path, tmp_path: Path) -> None
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "MEMBER: 2/2" in output  # two processes really ran
+    assert "terminate called" not in done.stderr and "destroy_process_group" not in done.stderr  # a clean exit
     best = Path(next(line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith("checkpoint: ")))
     report = json.loads((run_dir / "test_metrics.json").read_text())
     test_file = data_dir / "sample" / "test.conll"
