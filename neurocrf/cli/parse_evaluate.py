@@ -30,19 +30,27 @@ from neurocrf.cli.utils import CONFIG_DIR, to_plain
 log = logging.getLogger(__name__)
 
 
-def evaluate_predictions(cfg: DictConfig) -> dict[str, Any]:
-    """Read gold and predicted trees as configured and score them; returns the scores."""
-    from neurocrf.parsing import evaluate, format_report, read_treebank, write_treebank
+def read_gold(cfg: DictConfig) -> tuple[list, str]:
+    """The gold trees ``cfg`` names (``gold=<file>`` or ``treebank=<name>`` with ``split``) and
+    a name for them in messages."""
+    from neurocrf.parsing import read_treebank
     from neurocrf.parsing.treebank import load_split
 
     if cfg.get("gold"):
-        gold = read_treebank(cfg.gold, cfg.get("gold_format"))
-    elif cfg.get("treebank"):
-        gold = load_split(to_plain(cfg.treebank), cfg.get("split", "test"))
-    else:
-        raise ValueError("give gold=<treebank file> or treebank=<name> with split=...")
+        return read_treebank(cfg.gold, cfg.get("gold_format")), str(cfg.gold)
+    if cfg.get("treebank"):
+        split = cfg.get("split", "test")
+        name = cfg.treebank.get("name") or cfg.treebank.path
+        return load_split(to_plain(cfg.treebank), split), f"treebank {name} ({split})"
+    raise ValueError("give gold=<treebank file> or treebank=<name> with split=...")
+
+
+def evaluate_predictions(cfg: DictConfig) -> dict[str, Any]:
+    """Read gold and predicted trees as configured and score them; returns the scores."""
+    from neurocrf.parsing import evaluate, format_report, read_treebank, write_treebank
+
+    gold, gold_name = read_gold(cfg)
     pred = read_treebank(cfg.predictions, cfg.get("predictions_format") or "discbracket")
-    gold_name = str(cfg.gold) if cfg.get("gold") else f"treebank {cfg.treebank.get('name') or cfg.treebank.path}"
     scores = evaluate(gold, pred, cfg.get("params"), check_ids=bool(cfg.get("check_ids", True)),
                       functions=str(cfg.get("functions", "remove")), disc_only=bool(cfg.get("disc_only", False)),
                       sources=(gold_name, str(cfg.predictions)))

@@ -43,8 +43,8 @@ from typing import Sequence
 from neurocrf.parsing.bracket import strip_function_tags
 from neurocrf.parsing.tree import Tree, TreebankSentence
 
-__all__ = ["EvalParams", "load_params", "DEFAULT_PARAMS_FILE", "FUNCTIONS", "bracketings", "evaluate",
-           "format_report", "main"]
+__all__ = ["EvalParams", "load_params", "DEFAULT_PARAMS_FILE", "FUNCTIONS", "scored_terminals", "labeled_spans",
+           "bracketings", "evaluate", "format_report", "main"]
 
 DEFAULT_PARAMS_FILE = Path(__file__).with_name("proper.prm")
 Bracket = tuple[str, frozenset[int]]
@@ -173,20 +173,40 @@ def _equivalence_classes(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
     return representative
 
 
-def bracketings(tree: Tree, keep: dict[int, int], params: EvalParams, *,
-                disc_only: bool = False) -> Counter[Bracket]:
-    """Multiset of brackets of ``tree``: every node that is not a preterminal and whose label is
-    not deleted, with its yield restricted to ``keep`` (old index -> new index) and renumbered;
-    nodes whose restricted yield is empty (or, with ``disc_only``, contiguous) are skipped."""
-    out: Counter[Bracket] = Counter()
-    for node in tree.subtrees():
-        if node.is_preterminal or node.label in params.delete_label:
+def scored_terminals(gold: TreebankSentence, params: EvalParams) -> dict[int, int]:
+    """The words that are scored, old index -> new index (0, 1, ...): all but those deleted by
+    their gold POS tag (``DELETE_LABEL``), their form (``DELETE_WORD``) or, with
+    ``DELETE_ROOT_PRETERMS``, as a preterminal under the gold root."""
+    gold_tags = gold.pos_tags
+    under_root = ({c.children[0] for c in gold.tree.children if isinstance(c, Tree) and c.is_preterminal}
+                  if params.delete_root_preterms else set())
+    kept = [i for i in range(len(gold.words)) if gold_tags[i] not in params.delete_label
+            and gold.words[i] not in params.delete_word and i not in under_root]
+    return {old: new for new, old in enumerate(kept)}
+
+
+def labeled_spans(tree: Tree, keep: dict[int, int], params: EvalParams, *, disc_only: bool = False,
+                  functions: str = "leave") -> list[tuple[int, Bracket]]:
+    """The brackets of ``tree`` with the preorder number of their node (the order of
+    ``tree.subtrees()``): every node that is not a preterminal and whose label is not deleted,
+    with its yield restricted to ``keep`` (old index -> new index) and renumbered; nodes whose
+    restricted yield is empty (or, with ``disc_only``, contiguous) are skipped. ``functions``:
+    ``"remove"`` strips function tags from the labels first."""
+    out: list[tuple[int, Bracket]] = []
+    for number, node in enumerate(tree.subtrees()):
+        label = strip_function_tags(node.label) if functions == "remove" else node.label
+        if node.is_preterminal or label in params.delete_label:
             continue
         span = frozenset(keep[i] for i in node.leaves() if i in keep)
         if span and (not disc_only or _is_disc(span)):
-            label = params.eq_label.get(node.label, node.label) if params.labeled else ""
-            out[label, span] += 1
+            out.append((number, (params.eq_label.get(label, label) if params.labeled else "", span)))
     return out
+
+
+def bracketings(tree: Tree, keep: dict[int, int], params: EvalParams, *,
+                disc_only: bool = False) -> Counter[Bracket]:
+    """Multiset of the brackets of :func:`labeled_spans`."""
+    return Counter(bracket for _, bracket in labeled_spans(tree, keep, params, disc_only=disc_only))
 
 
 def _is_disc(span: frozenset[int]) -> bool:
@@ -315,11 +335,8 @@ def evaluate(gold: Sequence[TreebankSentence], pred: Sequence[TreebankSentence],
         # the length as EVALB counts it: every word but those tagged DELETE_LABEL_FOR_LENGTH
         if params.cutoff_len and sum(t not in params.delete_label_for_length for t in gold_tags) > params.cutoff_len:
             continue
-        under_root = ({c.children[0] for c in g.tree.children if isinstance(c, Tree) and c.is_preterminal}
-                      if params.delete_root_preterms else set())
-        kept = [i for i in range(len(g.words)) if gold_tags[i] not in params.delete_label
-                and g.words[i] not in params.delete_word and i not in under_root]
-        keep = {old: new for new, old in enumerate(kept)}
+        keep = scored_terminals(g, params)
+        kept = sorted(keep)
         gb = bracketings(g.tree, keep, params, disc_only=disc_only)
         pb = bracketings(p.tree, keep, params, disc_only=disc_only)
         common = gb & pb
