@@ -420,3 +420,48 @@ def test_doctests():
     import importlib
 
     assert doctest.testmod(importlib.import_module("neurocrf.parsing.evaluate")).failed == 0
+
+
+@pytest.mark.slow
+def test_every_figure_agrees_with_an_installed_discodop(tmp_path):
+    """With disco-dop installed (``discodop`` on PATH, or the command in $DISCODOP):
+    scripts/discodop_agreement.py finds the same figures on the hand-made files above and on
+    random trees with punctuation, function tags and `let` tags, under each option set."""
+    import os
+    import shlex
+    import shutil
+    import sys
+    from pathlib import Path
+
+    command = os.environ.get("DISCODOP") or shutil.which("discodop")
+    if not command or not shutil.which(shlex.split(command)[0]):
+        pytest.skip("disco-dop is not installed (pip install disco-dop, or DISCODOP=<command>)")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from discodop_agreement import compare
+
+    from neurocrf.parsing.treebank import write_treebank
+
+    rng = random.Random(8)
+    labels, tags = ("S", "VP", "NP-SBJ", "NP", "PP=2"), ("N", "V", "let", "$,")
+    gold, pred = [], []
+    for k in range(200):
+        n = rng.randint(2, 12)
+        words = [f"w{i}" for i in range(n)]
+        gold.append(TreebankSentence(str(k), words, random_tree(rng, n, pos_tags=tags, labels=labels)))
+        tree = random_tree(rng, n, pos_tags=tags, labels=labels)
+        if rng.random() < 0.6:  # the gold tree with one phrase relabelled: most brackets match
+            tree = gold[-1].tree.copy()
+            rng.choice(list(tree.subtrees())).label = rng.choice(labels)
+        pred.append(TreebankSentence(str(k), words, tree))
+    files = {}
+    for name, sentences in (("gold", gold), ("pred", pred)):
+        files[name] = tmp_path / f"{name}.discbracket"
+        write_treebank(files[name], sentences, "discbracket", write_ids=True)
+    (tmp_path / "g.discbracket").write_text(DISCODOP_GOLD, encoding="utf-8")
+    (tmp_path / "p.discbracket").write_text(DISCODOP_PRED, encoding="utf-8")
+    pairs = ((files["gold"], files["pred"]), (tmp_path / "g.discbracket", tmp_path / "p.discbracket"))
+    for gold_path, pred_path in pairs:
+        rows = compare(str(gold_path), str(pred_path), params=str(DEFAULT_PARAMS_FILE), discodop=command,
+                       fmt="discbracket")
+        assert [r["options"] for r in rows] == ["defaults", "--disconly", "--functions=leave"]
+        assert all(r["agree"] for r in rows), rows
