@@ -6,10 +6,10 @@ Both files are read as discbracket (``--fmt`` otherwise), paired by position (di
 discbracket trees by line number). For each option set of ``discodop eval`` (its defaults,
 ``--disconly``, ``--functions=leave``) the script prints sentences, labeled recall, precision,
 F1 and exact match from both tools (disco-dop's ``ALL`` column) and exits with 1 if any differs
-at two decimals (disco-dop's ``nan`` for an F1 without matches counts as 0). disco-dop's bracket counts are not compared: its summary prints the number of
-*distinct* brackets per sentence (a unary chain with one label counts once there), while both
-tools score multisets. disco-dop must be installed (``pip install disco-dop``) or named with
-``--discodop``.
+at two decimals (disco-dop's ``nan`` for an F1 without matches counts as 0). disco-dop's bracket
+counts are not compared: its summary prints the number of *distinct* brackets per sentence (a
+unary chain with one label counts once there), while both tools score multisets. disco-dop must
+be installed (``pip install disco-dop``) or named with ``--discodop``.
 """
 
 from __future__ import annotations
