@@ -1,6 +1,11 @@
 """Score the same files with neurocrf and with ``discodop eval``, and compare every figure.
 
     python scripts/discodop_agreement.py GOLD PRED [--params proper.prm] [--discodop discodop]
+    python scripts/discodop_agreement.py GOLD PRED --perturb 0   # first write PRED from GOLD
+
+``--perturb SEED`` writes predictions made from the gold trees (punctuation moved, then each phrase
+child spliced out with probability 0.15, relabelled with 0.10, given a function tag ``-SU``,
+``-OBJ1`` or ``=2`` with 0.10; no ids) to PRED before scoring.
 
 Both files are read as discbracket (``--fmt`` otherwise), paired by position (disco-dop pairs
 discbracket trees by line number). For each option set of ``discodop eval`` (its defaults,
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import random
 import re
 import shlex
 import subprocess
@@ -23,7 +29,9 @@ import sys
 from collections.abc import Sequence
 
 from neurocrf.parsing.evaluate import DEFAULT_PARAMS_FILE, evaluate, load_params
-from neurocrf.parsing.treebank import read_treebank
+from neurocrf.parsing.punctuation import move_punctuation_sentence
+from neurocrf.parsing.tree import Tree, TreebankSentence
+from neurocrf.parsing.treebank import read_treebank, write_treebank
 
 OPTION_SETS = {"defaults": [], "--disconly": ["--disconly"], "--functions=leave": ["--functions=leave"]}
 FIGURES = ("sentences", "recall", "precision", "f1", "exact_match")
@@ -56,6 +64,26 @@ def neurocrf_figures(gold: list, pred: list, params: str, options: Sequence[str]
             "exact_match": round(100 * r["exact_match"], 2)}
 
 
+def perturbed(gold: list[TreebankSentence], seed: int) -> list[TreebankSentence]:
+    """Predictions made from ``gold`` (see the module docstring)."""
+    rng = random.Random(seed)
+    out = []
+    for sentence in gold:
+        tree = move_punctuation_sentence(sentence).tree
+        for node in list(tree.subtrees()):
+            for child in [c for c in node.children if isinstance(c, Tree) and not c.is_preterminal]:
+                r = rng.random()
+                if r < 0.15:
+                    i = node.children.index(child)
+                    node.children[i:i + 1] = child.children
+                elif r < 0.25:
+                    child.label = rng.choice(["NP", "PP", "SMAIN", "CONJ", "ADVP", "PRT"])
+                elif r < 0.35:
+                    child.label += rng.choice(["-SU", "-OBJ1", "=2"])
+        out.append(TreebankSentence(sentence.id, sentence.words, tree))
+    return out
+
+
 def compare(gold_path: str, pred_path: str, *, params: str, discodop: str, fmt: str) -> list[dict]:
     """One row per option set: the option set, both tools' figures and whether they agree."""
     gold, pred = read_treebank(gold_path, fmt), read_treebank(pred_path, fmt)
@@ -78,7 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--params", default=str(DEFAULT_PARAMS_FILE))
     ap.add_argument("--discodop", default="discodop", help="the discodop command (may hold arguments)")
     ap.add_argument("--fmt", default="discbracket")
+    ap.add_argument("--perturb", type=int, default=None, metavar="SEED", help="write PRED from GOLD first")
     args = ap.parse_args(argv)
+    if args.perturb is not None:
+        write_treebank(args.pred, perturbed(read_treebank(args.gold, args.fmt), args.perturb), "discbracket")
     rows = compare(args.gold, args.pred, params=args.params, discodop=args.discodop, fmt=args.fmt)
     print(f"{'options':<18} {'tool':<9} " + " ".join(f"{k:>11}" for k in FIGURES))
     for row in rows:
