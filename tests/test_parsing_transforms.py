@@ -214,9 +214,9 @@ def test_lowercase_alpino_let_is_punctuation_in_extraction():
 
 
 def test_move_punctuation_sentence_keeps_id_and_words():
-    s = TreebankSentence("9", ["a", ",", "b"], T("(ROOT (S (N 0) (N 2)) ($, 1))"))
+    s = TreebankSentence("9", ["a", ",", "b"], T("(ROOT (S (N 0) (N 2)) ($, 1))"), comment="checked")
     m = move_punctuation_sentence(s)
-    assert (m.id, m.words) == ("9", ["a", ",", "b"])
+    assert (m.id, m.words, m.comment) == ("9", ["a", ",", "b"], "checked")
     assert m.tree == T("(ROOT (S (N 0) ($, 1) (N 2)))")
     assert s.tree == T("(ROOT (S (N 0) (N 2)) ($, 1))")
 

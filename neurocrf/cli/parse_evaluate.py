@@ -60,7 +60,10 @@ def evaluate_predictions(cfg: DictConfig) -> dict[str, Any]:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "parse_evaluation.json").write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
     (directory / "parse_evaluation.txt").write_text(text + "\n", encoding="utf-8")
-    write_treebank(directory / "gold.discbracket", gold, "discbracket", write_ids=True)
+    try:
+        write_treebank(directory / "gold.discbracket", gold, "discbracket", write_ids=True)
+    except ValueError as error:  # a word or id discbracket cannot hold: the scores stand
+        log.warning("gold.discbracket not written: %s", error)
     return scores
 
 

@@ -125,4 +125,5 @@ def move_punctuation_sentence(sentence: TreebankSentence, **kwargs) -> TreebankS
     """:func:`move_punctuation` on a :class:`TreebankSentence` (returns a new one)."""
     tree = move_punctuation(sentence.tree, sentence.words, **kwargs)
     return TreebankSentence(sentence.id, list(sentence.words), tree,
-                            {name: list(values) for name, values in sentence.annotations.items()})
+                            {name: list(values) for name, values in sentence.annotations.items()},
+                            comment=sentence.comment)
