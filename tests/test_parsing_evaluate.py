@@ -1,6 +1,7 @@
 """Discontinuous bracket evaluation on hand-made examples with known scores."""
 
 import random
+import re
 import warnings
 
 import pytest
@@ -465,3 +466,17 @@ def test_every_figure_agrees_with_an_installed_discodop(tmp_path):
                        fmt="discbracket")
         assert [r["options"] for r in rows] == ["defaults", "--disconly", "--functions=leave"]
         assert all(r["agree"] for r in rows), rows
+
+
+def test_discodop_commands_in_the_docs_name_the_format():
+    """``discodop eval`` reads the export format unless told otherwise: every command that hands
+    it files (README, docs, docstrings, proper.prm) says --fmt."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted((root / "neurocrf").rglob("*.py")),
+             DEFAULT_PARAMS_FILE, *sorted((root / "configs").rglob("*.yaml"))]
+    commands = [(path.name, line) for path in files for line in path.read_text(encoding="utf-8").splitlines()
+                if re.search(r"discodop eval \S+ \S+ \S*\.prm", line)]
+    assert len(commands) >= 4
+    assert [c for c in commands if "--fmt=" not in c[1]] == []
