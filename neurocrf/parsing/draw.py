@@ -36,6 +36,7 @@ from neurocrf.parsing.evaluate import (
     labeled_spans,
     load_params,
     scored_terminals,
+    without_function_tags,
 )
 from neurocrf.parsing.tree import Tree, TreebankSentence
 
@@ -131,7 +132,7 @@ def difference_marks(gold: TreebankSentence, pred: TreebankSentence, params: Eva
     :func:`~neurocrf.parsing.evaluate.evaluate` matches brackets (``params``: default
     ``proper.prm``)."""
     params = params if params is not None else load_params()
-    keep = scored_terminals(gold, params)
+    keep = scored_terminals(without_function_tags(gold) if functions == "remove" else gold, params)
     spans = {side: labeled_spans(sentence.tree, keep, params, functions=functions)
              for side, sentence in (("gold", gold), ("pred", pred))}
 

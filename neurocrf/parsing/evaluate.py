@@ -43,8 +43,8 @@ from typing import Sequence
 from neurocrf.parsing.bracket import strip_function_tags
 from neurocrf.parsing.tree import Tree, TreebankSentence
 
-__all__ = ["EvalParams", "load_params", "DEFAULT_PARAMS_FILE", "FUNCTIONS", "scored_terminals", "labeled_spans",
-           "bracketings", "evaluate", "format_report", "main"]
+__all__ = ["EvalParams", "load_params", "DEFAULT_PARAMS_FILE", "FUNCTIONS", "without_function_tags",
+           "scored_terminals", "labeled_spans", "bracketings", "evaluate", "format_report", "main"]
 
 DEFAULT_PARAMS_FILE = Path(__file__).with_name("proper.prm")
 Bracket = tuple[str, frozenset[int]]
@@ -247,7 +247,7 @@ def _check_words(gold: TreebankSentence, pred: TreebankSentence, params: EvalPar
         raise ValueError(f"{name}: gold and predicted words differ ({shown}{more})")
 
 
-def _without_functions(sentence: TreebankSentence) -> TreebankSentence:
+def without_function_tags(sentence: TreebankSentence) -> TreebankSentence:
     """A copy whose labels (POS tags too) have their function tags and co-indices stripped, as
     ``discodop eval`` strips them (``NP-SBJ-1`` -> ``NP``, ``NP=2`` -> ``NP``; a label starting
     with ``-``, such as ``-NONE-`` or ``-LRB-``, is kept whole)."""
@@ -327,7 +327,7 @@ def evaluate(gold: Sequence[TreebankSentence], pred: Sequence[TreebankSentence],
     for number, (g, p) in enumerate(zip(gold, pred), 1):
         name = f"sentence {number} (id {g.id})"
         if functions == "remove":
-            g, p = _without_functions(g), _without_functions(p)
+            g, p = without_function_tags(g), without_function_tags(p)
         _check_words(g, p, params, name)
         _check_tree(g, "gold", name)
         _check_tree(p, "predicted", name)
