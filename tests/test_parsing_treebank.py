@@ -283,6 +283,28 @@ def test_discbracket_comments_stay_comments_and_round_trip(tmp_path):
     assert buf.getvalue() == path.read_text(encoding="utf-8")
 
 
+def test_comments_travel_between_discbracket_and_export(tmp_path):
+    """disco-dop writes a comment on the #BOS line (``#BOS 1 %% id=0``); so does neurocrf."""
+    sents = parse_discbracket("(ROOT (S (A 0=a) (B 1=b)))\tid=a1 checked\n(ROOT (S (A 0=c) (B 1=d)))\n")
+    path = tmp_path / "t.export"
+    write_treebank(path, sents, "export", root_label="ROOT")
+    assert [line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("#BOS")] == [
+        "#BOS a1 %% checked", "#BOS 2"]
+    back = read_treebank(path)
+    assert [(s.id, s.comment, s.words) for s in back] == [("a1", "checked", ["a", "b"]), ("2", None, ["c", "d"])]
+    (first,) = read_treebank(_write(tmp_path, "d.export", "#BOS 1 %% id=0\nx\tN\t--\t--\t0\n#EOS 1\n"))
+    assert (first.id, first.comment) == ("1", "id=0")
+    with pytest.raises(ValueError, match="holds a line break"):
+        write_treebank(io.StringIO(), [TreebankSentence("1", ["a"], Tree.parse("(S (A 0))"), comment="a\nb")],
+                       "export")
+
+
+def _write(folder, name: str, text: str):
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def test_discbracket_reads_discodop_sentid_lines():
     """``discodop treetransforms --sentid`` writes ``key|tree``."""
     a, b = parse_discbracket("cdb/17|(S (A 0=a))\n18|(S (A 0=b))\tprob=0.5\n")
