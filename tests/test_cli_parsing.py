@@ -103,8 +103,8 @@ def test_oracle_gold_supertags_k1_reproduce_gold_trees(tmp_path: Path, data_dir:
     predicted = read_treebank(tmp_path / "parse.discbracket")
     assert [p.id for p in predicted] == [g.id for g in gold]
     lines = (tmp_path / "parse.discbracket").read_text(encoding="utf-8").splitlines()
-    expected = [[g.tree.discbracket(g.words), g.id] for g in gold]
-    assert [line.split("\t") for line in lines] == expected  # disco-dop's form
+    expected = [[g.tree.discbracket(g.words), f"id={g.id}"] for g in gold]
+    assert [line.split("\t") for line in lines] == expected  # disco-dop's form: the id in the comment
     assert all(p.tree == g.tree and p.words == g.words for p, g in zip(predicted, gold))
 
 
@@ -337,14 +337,14 @@ def test_parse_errors(tmp_path: Path, data_dir: Path) -> None:
 
 
 def test_evaluate_entry_point_with_a_gold_file(tmp_path: Path, data_dir: Path) -> None:
-    """Hand-written files in disco-dop's forms: discbracket ``tree<TAB>comment`` lines (the
-    comment is the sentence id; the last line has none, so its id is its line number 3) and an
-    EVALB parameter file."""
+    """Hand-written files in disco-dop's forms: discbracket ``tree<TAB>comment`` lines (an
+    ``id=`` comment gives the sentence id, another comment is a comment; the last line has
+    none, so its id is its line number 3) and an EVALB parameter file."""
     gold = tmp_path / "gold.discbracket"
     pred = tmp_path / "pred.discbracket"
-    gold.write_text("(ROOT (VP (V 0=a) (N 2=c)) (X 1=b))\t1\n(ROOT (S (N 0=x) (V 1=y)))\t2\n"
+    gold.write_text("(ROOT (VP (V 0=a) (N 2=c)) (X 1=b))\tid=1\n(ROOT (S (N 0=x) (V 1=y)))\tid=2 checked\n"
                     "(ROOT (S (N 0=p) (V 1=q) (N 2=r)) ($. 3=.))\n", encoding="utf-8")
-    pred.write_text("(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\t1\n(ROOT (S (N 0=x) (V 1=y)))\t2\n"
+    pred.write_text("(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\tid=1\n(ROOT (S (N 0=x) (V 1=y)))\tprob=0.5\n"
                     "(ROOT (S (N 0=p) (V 1=q) (N 2=r) ($. 3=.)))\n", encoding="utf-8")
     scores = evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
         f"gold={gold}", f"predictions={pred}", f"report_dir={tmp_path / 'eval'}"]))
@@ -352,18 +352,33 @@ def test_evaluate_entry_point_with_a_gold_file(tmp_path: Path, data_dir: Path) -
     assert scores["f1"] == pytest.approx(2 / 3) and scores["dis_f1"] == 0.0
     assert scores["exact_match"] == pytest.approx(2 / 3)
     assert "Dis-F1" in (tmp_path / "eval" / "parse_evaluation.txt").read_text()
+    # the gold trees as scored, for discodop eval
+    assert read_treebank(tmp_path / "eval" / "gold.discbracket") == read_treebank(gold)
     # CUTOFF_LEN counts the full stop (4 words > 3): the third sentence is left out
     prm = tmp_path / "cut.prm"
     prm.write_text("# EVALB syntax\nLABELED 1\nCUTOFF_LEN 3\nDELETE_LABEL ROOT\nDELETE_LABEL $.\n", encoding="utf-8")
     cut = evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
         f"gold={gold}", f"predictions={pred}", f"params={prm}", f"report_dir={tmp_path / 'cut'}"]))
     assert cut["sentences"] == 2 and cut["f1"] == pytest.approx(0.5)
-    pred.write_text("(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\t7\n(ROOT (S (N 0=x) (V 1=y)))\t2\n"
+    # disco-dop's option defaults: function tags stripped; --disconly restricts every score
+    pred.write_text(pred.read_text(encoding="utf-8").replace("(VP ", "(VP-HD ").replace("(S ", "(S-SBJ "),
+                    encoding="utf-8")
+    assert evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
+        f"gold={gold}", f"predictions={pred}", f"report_dir={tmp_path / 'eval'}"])) == scores
+    assert evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
+        f"gold={gold}", f"predictions={pred}", f"report_dir={tmp_path / 'eval'}", "functions=leave"]))["f1"] == 0.0
+    disc = evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
+        f"gold={gold}", f"predictions={pred}", f"report_dir={tmp_path / 'eval'}", "disc_only=true"]))
+    assert (disc["sentences"], disc["gold_brackets"], disc["pred_brackets"], disc["f1"]) == (1, 1, 0, 0.0)
+    pred.write_text("(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\tid=7\n(ROOT (S (N 0=x) (V 1=y)))\tid=2\n"
                     "(ROOT (S (N 0=p) (V 1=q) (N 2=r) ($. 3=.)))\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="ids differ"):
+    with pytest.raises(ValueError, match=rf"{pred}: sentence 1 has id '7', but gold sentence 1 \({gold}\) has id "
+                                         rf"'1'; to pair .* pass check_ids=false"):
         evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
             f"gold={gold}", f"predictions={pred}"]))
-    pred.write_text("(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\t1\n(ROOT (S (N 0=x) (V 1=z)))\t2\n"
+    assert evaluate_predictions(compose_config("parse_evaluate", tmp_path, data_dir, [
+        f"gold={gold}", f"predictions={pred}", f"report_dir={tmp_path / 'eval'}", "check_ids=false"])) == scores
+    pred.write_text("(ROOT (VP (V 0=a) (N 1=b)) (X 2=c))\tid=1\n(ROOT (S (N 0=x) (V 1=z)))\n"
                     "(ROOT (S (N 0=p) (V 1=q) (N 2=r) ($. 3=.)))\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"sentence 2 \(id 2\): gold and predicted words differ \(word 1: gold 'y', "
                                          r"predicted 'z'\)"):

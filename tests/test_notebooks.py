@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = [
     "01_quickstart.ipynb", "02_crf_variants.ipynb", "03_supertag_parsing.ipynb", "04_sentence_uncertainty.ipynb",
-    "05_crf_study.ipynb",
+    "05_crf_study.ipynb", "06_drawing_trees.ipynb",
 ]
 # notebooks whose stored outputs must include plots
 PLOTS = {"02_crf_variants.ipynb": 4, "03_supertag_parsing.ipynb": 3, "04_sentence_uncertainty.ipynb": 1,

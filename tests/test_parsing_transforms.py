@@ -196,10 +196,27 @@ def test_punctuation_never_creates_discontinuity_on_random_trees():
         assert orig == new
 
 
+def test_lowercase_alpino_let_is_punctuation_in_extraction():
+    """disco-dop's Alpino reader tags punctuation `let` and leaves it under the root: moved like
+    `punct`, the supertags see continuous phrases (before, every comma opened a gap)."""
+    from neurocrf.parsing.bracket import parse_discbracket
+    from neurocrf.supertagging.data import corpus_statistics, prepare_for_extraction, supertag_corpus
+
+    sentences = parse_discbracket(
+        "(TOP (SMAIN (N 0=Jan) (WW 2=zag) (NP (N 4=Piet) (N 6=Marie))) (let 1=,) (let 3=,) (let 5=,) (let 7=.))\n"
+        "(TOP (SMAIN (N 0=Het) (WW 2=regent)) (LET[] 1=,) (let 3=!))\n")
+    assert max(n.fanout() for s in sentences for n in s.tree.subtrees()) == 4
+    moved = [prepare_for_extraction(s, True) for s in sentences]
+    assert moved[0].tree == T("(TOP (SMAIN (N 0) (let 1) (WW 2) (let 3) (NP (N 4) (let 5) (N 6))) (let 7))")
+    corpus, _ = supertag_corpus(sentences)
+    stats = corpus_statistics({"train": corpus}, {"train": moved})
+    assert (stats["total"]["max_fanout"], stats["total"]["discontinuity_rate"]) == (1, 0.0)
+
+
 def test_move_punctuation_sentence_keeps_id_and_words():
-    s = TreebankSentence("9", ["a", ",", "b"], T("(ROOT (S (N 0) (N 2)) ($, 1))"))
+    s = TreebankSentence("9", ["a", ",", "b"], T("(ROOT (S (N 0) (N 2)) ($, 1))"), comment="checked")
     m = move_punctuation_sentence(s)
-    assert (m.id, m.words) == ("9", ["a", ",", "b"])
+    assert (m.id, m.words, m.comment) == ("9", ["a", ",", "b"], "checked")
     assert m.tree == T("(ROOT (S (N 0) ($, 1) (N 2)))")
     assert s.tree == T("(ROOT (S (N 0) (N 2)) ($, 1))")
 

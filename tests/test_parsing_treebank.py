@@ -241,14 +241,74 @@ def test_export_errors_name_file_and_line(tmp_path, text, line, message):
 
 # ---------------------------------------------------------------------------- discbracket
 def test_discbracket_reader():
-    """disco-dop's form: a tree, optionally a tab and a comment (the sentence id); without a
-    comment the id is the line number."""
-    text = "(S (VP (VB 0=is) (NN 2=x)) (X 1=y))\n\n(S (A 0=#LRB#))\tid7\n(S (A 0=a=b))\t s 8 \n"
-    a, b, c = parse_discbracket(text)
-    assert (a.id, a.words) == ("1", ["is", "y", "x"])
+    """disco-dop's form: a tree, optionally a tab and a comment; the id is the line number (as
+    disco-dop numbers lines) unless the comment starts with id=."""
+    text = ("(S (VP (VB 0=is) (NN 2=x)) (X 1=y))\n\n(S (A 0=#LRB#))\tid7\n(S (A 0=a=b))\t s 8 \n"
+            "(S (A 0=a))\tid=wsj_0001:10\n(S (A 0=a))\tid=7  checked by  hand \n")
+    a, b, c, d, e = parse_discbracket(text)
+    assert (a.id, a.words, a.comment) == ("1", ["is", "y", "x"], None)
     assert a.tree == Tree.parse("(S (VP (VB 0) (NN 2)) (X 1))")
-    assert (b.id, b.words, str(b.tree)) == ("id7", ["("], "(S (A 0))")
-    assert (c.id, c.words) == ("s 8", ["a=b"])
+    assert (b.id, b.words, str(b.tree), b.comment) == ("3", ["("], "(S (A 0))", "id7")
+    assert (c.id, c.words, c.comment) == ("4", ["a=b"], "s 8")
+    assert (d.id, d.comment) == ("wsj_0001:10", None)
+    assert (e.id, e.comment) == ("7", "checked by  hand")
+    # files written as tree<TAB>id: the whole comment is the id on request
+    assert [s.id for s in parse_discbracket(text, id_from_comment=True)] == ["1", "id7", "s 8", "id=wsj_0001:10",
+                                                                              "id=7  checked by  hand"]
+
+
+def test_discbracket_comments_stay_comments_and_round_trip(tmp_path):
+    """Alpino annotator comments and disco-dop's prob= comments, as disco-dop writes them
+    (``writetree(..., 'discbracket', comment=...)``), are comments, never ids; written back with
+    ids, every line reads back to the same ids, trees and comments, and disco-dop's own reader
+    (which keys every line by its number) still reads the tree before the tab."""
+    path = tmp_path / "alpino.discbracket"
+    path.write_text("(TOP (SMAIN (N 0=Het) (WW 1=regent)) (let 2=.))\tZin is door annotator gecontroleerd.\n"
+                    "(TOP (N 0=Ja))\n"
+                    "(TOP (N 0=Nee))\tprob=1.5e-05\n", encoding="utf-8")
+    sents = read_treebank(path)
+    assert [(s.id, s.comment) for s in sents] == [("1", "Zin is door annotator gecontroleerd."), ("2", None),
+                                                  ("3", "prob=1.5e-05")]
+    for s, new_id in zip(sents, ("cdb/12", "cdb/2", "cdb/100")):
+        s.id = new_id
+    out = tmp_path / "with_ids.discbracket"
+    write_discbracket(out, sents, write_ids=True)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert [line.split("\t", 1)[1] for line in lines] == [
+        "id=cdb/12 Zin is door annotator gecontroleerd.", "id=cdb/2", "id=cdb/100 prob=1.5e-05"]
+    again = read_treebank(out)
+    assert [(s.id, s.words, s.tree, s.comment) for s in again] == [(s.id, s.words, s.tree, s.comment) for s in sents]
+    buf = io.StringIO()
+    write_discbracket(buf, sents)  # without ids: the comments only, as they were read
+    assert buf.getvalue() == path.read_text(encoding="utf-8")
+
+
+def test_comments_travel_between_discbracket_and_export(tmp_path):
+    """disco-dop writes a comment on the #BOS line (``#BOS 1 %% id=0``); so does neurocrf."""
+    sents = parse_discbracket("(ROOT (S (A 0=a) (B 1=b)))\tid=a1 checked\n(ROOT (S (A 0=c) (B 1=d)))\n")
+    path = tmp_path / "t.export"
+    write_treebank(path, sents, "export", root_label="ROOT")
+    assert [line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("#BOS")] == [
+        "#BOS a1 %% checked", "#BOS 2"]
+    back = read_treebank(path)
+    assert [(s.id, s.comment, s.words) for s in back] == [("a1", "checked", ["a", "b"]), ("2", None, ["c", "d"])]
+    (first,) = read_treebank(_write(tmp_path, "d.export", "#BOS 1 %% id=0\nx\tN\t--\t--\t0\n#EOS 1\n"))
+    assert (first.id, first.comment) == ("1", "id=0")
+    with pytest.raises(ValueError, match="holds a line break"):
+        write_treebank(io.StringIO(), [TreebankSentence("1", ["a"], Tree.parse("(S (A 0))"), comment="a\nb")],
+                       "export")
+
+
+def _write(folder, name: str, text: str):
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_discbracket_reads_discodop_sentid_lines():
+    """``discodop treetransforms --sentid`` writes ``key|tree``."""
+    a, b = parse_discbracket("cdb/17|(S (A 0=a))\n18|(S (A 0=b))\tprob=0.5\n")
+    assert (a.id, a.words, b.id, b.comment) == ("cdb/17", ["a"], "18", "prob=0.5")
 
 
 def test_discbracket_hand_written_in_discodop_form(tmp_path):
@@ -256,8 +316,8 @@ def test_discbracket_hand_written_in_discodop_form(tmp_path):
     after a tab, discontinuous constituents, escaped brackets."""
     path = tmp_path / "gold.discbracket"
     path.write_text(
-        "(ROOT (S (VP (VVPP 0=Gelesen) (NN 2=Buch)) (VAFIN 1=hat) (PPER 3=er)) ($. 4=.))\t1\n"
-        "(ROOT (NP (NE 0=Peter) ($[ 1=#LRB#) (NE 2=Pan) ($[ 3=#RRB#)))\t2\n",
+        "(ROOT (S (VP (VVPP 0=Gelesen) (NN 2=Buch)) (VAFIN 1=hat) (PPER 3=er)) ($. 4=.))\tid=1\n"
+        "(ROOT (NP (NE 0=Peter) ($[ 1=#LRB#) (NE 2=Pan) ($[ 3=#RRB#)))\tid=2\n",
         encoding="utf-8")
     first, second = read_treebank(path)
     assert (first.id, second.id) == ("1", "2")
@@ -278,7 +338,7 @@ def test_discbracket_round_trip(tmp_path, write_ids):
     lines = path.read_text(encoding="utf-8").splitlines()
     assert all(line.startswith("(") for line in lines)  # the tree first
     if write_ids:
-        assert [line.rsplit("\t", 1)[1] for line in lines] == [s.id for s in sents]
+        assert [line.rsplit("\t", 1)[1] for line in lines] == [f"id={s.id}" for s in sents]
     first = read_discbracket(path)
     assert [(s.words, s.tree) for s in first] == [(s.words, s.tree) for s in sents]
     if write_ids:
@@ -296,6 +356,8 @@ def test_discbracket_round_trip(tmp_path, write_ids):
     ("\n(S (A 0=a) (B 0=b))\n", 2, "repeated"),
     ("x (S (A 0=a))\n", 1, "expected a tree or 'tree<TAB>comment'"),
     ("(S (A 0=a))\n7\t(S (A 0=a))\n", 2, "an 'id<TAB>tree' line: discbracket puts the tree first"),
+    ("(S (A 0=a))\tid= x\n", 1, "the comment 'id= x' names no id after 'id='"),
+    ("(S (A 0=a))\tid=\n", 1, "names no id"),
     ("\tcomment only\n", 1, "expected a tree"),
 ])
 def test_discbracket_errors_name_file_and_line(tmp_path, text, line, message):
@@ -318,9 +380,14 @@ def test_discbracket_bracket_escapes():
 def test_discbracket_writer_rejects_whitespace_in_words_and_ids():
     with pytest.raises(ValueError, match="whitespace"):
         write_discbracket(io.StringIO(), [TreebankSentence("1", ["a b"], Tree.parse("(S (A 0))"))])
-    for bad in ("", " 1", "a\tb"):
+    for bad in ("", " 1", "a\tb", "s 8"):
         with pytest.raises(ValueError, match="discbracket comment cannot hold"):
             write_discbracket(io.StringIO(), [TreebankSentence(bad, ["a"], Tree.parse("(S (A 0))"))], write_ids=True)
+    for bad in (" x", "a\tb", "a\nb"):
+        with pytest.raises(ValueError, match="discbracket comment cannot hold"):
+            write_discbracket(io.StringIO(), [TreebankSentence("1", ["a"], Tree.parse("(S (A 0))"), comment=bad)])
+    with pytest.raises(ValueError, match="would read back as an id"):
+        write_discbracket(io.StringIO(), [TreebankSentence("1", ["a"], Tree.parse("(S (A 0))"), comment="id=2")])
 
 
 # ---------------------------------------------------------------------------- Penn brackets

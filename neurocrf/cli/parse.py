@@ -16,7 +16,7 @@ from such files instead of a model, mixing several like an ensemble
 ``fallback_k=<n>`` (50 in ``configs/parse.yaml``; ``null`` is the paper's setting) parses
 sentences whose k best supertags do not combine once more with their n best.
 
-Writes ``<output>`` (discbracket as disco-dop reads it: ``tree<TAB>id`` per line) and
+Writes ``<output>`` (discbracket as disco-dop reads it: ``tree<TAB>id=<id>`` per line) and
 ``parse_report.json`` / ``parse_report.txt`` next to it (:func:`~neurocrf.supertagging.pipeline.summarize`).
 """
 

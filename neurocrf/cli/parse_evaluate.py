@@ -5,8 +5,14 @@
 
 Prints labeled bracket precision / recall / F1, the same on discontinuous brackets (Dis-F1), POS
 accuracy and exact match (:func:`neurocrf.parsing.evaluate` with ``params``, default the
-packaged ``proper.prm``), and writes ``parse_evaluation.json`` / ``.txt`` into ``report_dir``
-(default: the run directory). Sentences are paired by position; their ids must agree.
+packaged ``proper.prm``, and the options of ``discodop eval``: ``functions=remove`` strips
+function tags, ``disc_only=true`` counts discontinuous brackets only), and writes
+``parse_evaluation.json`` / ``.txt`` into ``report_dir`` (default: the run directory), with
+``gold.discbracket``, the gold trees as scored, so that disco-dop can check the figures::
+
+    discodop eval <report_dir>/gold.discbracket parse.discbracket proper.prm --fmt=discbracket
+
+Sentences are paired by position; their ids must agree unless ``check_ids=false``.
 """
 
 from __future__ import annotations
@@ -24,25 +30,40 @@ from neurocrf.cli.utils import CONFIG_DIR, to_plain
 log = logging.getLogger(__name__)
 
 
-def evaluate_predictions(cfg: DictConfig) -> dict[str, Any]:
-    """Read gold and predicted trees as configured and score them; returns the scores."""
-    from neurocrf.parsing import evaluate, format_report, read_treebank
+def read_gold(cfg: DictConfig) -> tuple[list, str]:
+    """The gold trees ``cfg`` names (``gold=<file>`` or ``treebank=<name>`` with ``split``) and
+    a name for them in messages."""
+    from neurocrf.parsing import read_treebank
     from neurocrf.parsing.treebank import load_split
 
     if cfg.get("gold"):
-        gold = read_treebank(cfg.gold, cfg.get("gold_format"))
-    elif cfg.get("treebank"):
-        gold = load_split(to_plain(cfg.treebank), cfg.get("split", "test"))
-    else:
-        raise ValueError("give gold=<treebank file> or treebank=<name> with split=...")
+        return read_treebank(cfg.gold, cfg.get("gold_format")), str(cfg.gold)
+    if cfg.get("treebank"):
+        split = cfg.get("split", "test")
+        name = cfg.treebank.get("name") or cfg.treebank.path
+        return load_split(to_plain(cfg.treebank), split), f"treebank {name} ({split})"
+    raise ValueError("give gold=<treebank file> or treebank=<name> with split=...")
+
+
+def evaluate_predictions(cfg: DictConfig) -> dict[str, Any]:
+    """Read gold and predicted trees as configured and score them; returns the scores."""
+    from neurocrf.parsing import evaluate, format_report, read_treebank, write_treebank
+
+    gold, gold_name = read_gold(cfg)
     pred = read_treebank(cfg.predictions, cfg.get("predictions_format") or "discbracket")
-    scores = evaluate(gold, pred, cfg.get("params"), check_ids=bool(cfg.get("check_ids", True)))
+    scores = evaluate(gold, pred, cfg.get("params"), check_ids=bool(cfg.get("check_ids", True)),
+                      functions=str(cfg.get("functions", "remove")), disc_only=bool(cfg.get("disc_only", False)),
+                      sources=(gold_name, str(cfg.predictions)))
     text = format_report(scores)
     print(text)
     directory = Path(cfg.get("report_dir") or cfg.paths.output_dir)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "parse_evaluation.json").write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
     (directory / "parse_evaluation.txt").write_text(text + "\n", encoding="utf-8")
+    try:
+        write_treebank(directory / "gold.discbracket", gold, "discbracket", write_ids=True)
+    except ValueError as error:  # a word or id discbracket cannot hold: the scores stand
+        log.warning("gold.discbracket not written: %s", error)
     return scores
 
 

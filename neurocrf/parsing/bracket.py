@@ -1,9 +1,16 @@
 """Bracketed tree formats: discbracket (read + write) and Penn Treebank brackets (read).
 
 discbracket (disco-dop's format): one tree per line, terminals written ``index=word``, e.g.
-``(S (VP (VB 0=is) (NN 2=x)) (X 1=y))``; ``(`` / ``)`` in words are ``#LRB#`` / ``#RRB#``. A tree
-may be followed by a tab and a comment, which holds the sentence id (``(S ...)<TAB>17``); without
-one, the id is the 1-based line number (disco-dop's key for every line). Blank lines are skipped.
+``(S (VP (VB 0=is) (NN 2=x)) (X 1=y))``; ``(`` / ``)`` in words are ``#LRB#`` / ``#RRB#``. Blank
+lines are skipped. A tree may be followed by a tab and a comment, free text that disco-dop keeps
+with the tree and writes back (its parser puts ``prob=...`` there, its Alpino conversion the
+annotator's comment): it becomes :attr:`TreebankSentence.comment`, never the id. The id is the
+1-based line number, the key disco-dop gives every line, unless the comment starts with
+``id=``: ``(S ...)<TAB>id=17`` has the id ``17``, ``(S ...)<TAB>id=17 checked`` the id ``17`` and
+the comment ``checked``. That is how ids are written (``write_ids``): disco-dop reads the file
+(the ``id=`` field as a comment) and writes it back with the ids. A line of disco-dop's
+``--sentid`` output, ``17|(S ...)``, has the id ``17``. ``id_from_comment=True`` takes a whole
+comment as the id (files written as ``(S ...)<TAB>17``).
 
 Penn brackets (continuous trees, e.g. the WSJ ``.mrg`` files): any number of trees per file,
 spread over lines. ``-NONE-`` elements are removed, and so are constituents left empty by that;
@@ -35,13 +42,21 @@ __all__ = ["read_discbracket", "parse_discbracket", "write_discbracket", "discbr
 
 
 # ---------------------------------------------------------------------------- discbracket
-def read_discbracket(path: str | os.PathLike, *, encoding: str = "utf-8") -> list[TreebankSentence]:
+def read_discbracket(path: str | os.PathLike, *, encoding: str = "utf-8",
+                     id_from_comment: bool = False) -> list[TreebankSentence]:
     """Read a discbracket file (see the module docstring)."""
-    return parse_discbracket(read_text_lines(path, encoding), source=str(path))
+    return parse_discbracket(read_text_lines(path, encoding), source=str(path), id_from_comment=id_from_comment)
 
 
-def parse_discbracket(lines: Iterable[str] | str, *, source: str | None = None) -> list[TreebankSentence]:
-    """Parse discbracket text (a string or an iterable of lines)."""
+def parse_discbracket(lines: Iterable[str] | str, *, source: str | None = None,
+                      id_from_comment: bool = False) -> list[TreebankSentence]:
+    r"""Parse discbracket text (a string or an iterable of lines; ids and comments as the module
+    docstring says).
+
+    >>> [(s.id, s.comment) for s in parse_discbracket(
+    ...     "(S (A 0=a))\tprob=0.5\n(S (A 0=b))\tid=s7 checked\n8|(S (A 0=c))\n")]
+    [('1', 'prob=0.5'), ('s7', 'checked'), ('8', None)]
+    """
     if isinstance(lines, str):
         lines = io.StringIO(lines)
     out = []
@@ -50,12 +65,22 @@ def parse_discbracket(lines: Iterable[str] | str, *, source: str | None = None) 
         line, comment = line.strip(), comment.strip()
         if not line and not comment:
             continue
+        sent_id = str(lineno)
+        key, bar, rest = line.partition("|(")
+        if bar and key and not line.startswith("(") and not any(c.isspace() or c in "()" for c in key):
+            sent_id, line = key, "(" + rest  # disco-dop's --sentid output: ID|(tree)
         if not line.startswith("("):
             hint = (" (an 'id<TAB>tree' line: discbracket puts the tree first, then a tab and the id)"
                     if comment.startswith("(") else "")
             raise TreebankFormatError(source, lineno, f"expected a tree or 'tree<TAB>comment', got "
                                       f"{raw.strip()[:40]!r}{hint}")
-        sent_id = comment or str(lineno)
+        if id_from_comment:
+            sent_id, comment = comment or sent_id, ""
+        elif comment.startswith("id="):
+            fields = comment[3:].split(None, 1)
+            if not fields or comment[3].isspace():
+                raise TreebankFormatError(source, lineno, f"the comment {comment[:40]!r} names no id after 'id='")
+            sent_id, comment = fields[0], (fields[1] if len(fields) > 1 else "")
         try:
             tree, words = parse_bracketed(line)
         except ValueError as err:
@@ -69,29 +94,45 @@ def parse_discbracket(lines: Iterable[str] | str, *, source: str | None = None) 
             problem = (f"terminal(s) {unnamed} have no '=word'" if unnamed else
                        f"terminal indices {leaves} are not 0..{n - 1} (each once)")
             raise TreebankFormatError(source, lineno, problem) from None
-        out.append(TreebankSentence(sent_id, [words[i] for i in range(n)], tree))
+        out.append(TreebankSentence(sent_id, [words[i] for i in range(n)], tree, comment=comment or None))
     return out
 
 
 def discbracket_line(sentence: TreebankSentence, *, write_id: bool = False) -> str:
-    """One sentence as a discbracket line (without newline), followed by a tab and its id as the
-    comment if ``write_id``."""
+    r"""One sentence as a discbracket line (without newline): the tree, then a tab and the
+    comment field if there is one: ``id=<id>`` if ``write_id``, then the sentence's comment.
+
+    >>> from neurocrf.parsing.tree import Tree
+    >>> discbracket_line(TreebankSentence("s7", ["a"], Tree.parse("(S (A 0))"), comment="checked"), write_id=True)
+    '(S (A 0=a))\tid=s7 checked'
+    """
     for word in sentence.words:
         if not word or any(ch.isspace() for ch in word):
             raise ValueError(f"sentence {sentence.id}: word {word!r} is empty or contains "
                              f"whitespace, which discbracket cannot hold")
-    text = sentence.tree.discbracket(sentence.words)
+    fields = []
     if write_id:
-        if not sentence.id or sentence.id != sentence.id.strip() or any(c in sentence.id for c in "\t\r\n"):
-            raise ValueError(f"sentence id {sentence.id!r} is empty, has surrounding whitespace or holds a "
+        if not sentence.id or any(c.isspace() for c in sentence.id):
+            raise ValueError(f"sentence id {sentence.id!r} is empty or holds whitespace, which the id= field "
+                             f"of a discbracket comment cannot hold")
+        fields.append(f"id={sentence.id}")
+    comment = sentence.comment
+    if comment:
+        if comment != comment.strip() or any(c in comment for c in "\t\r\n"):
+            raise ValueError(f"sentence {sentence.id}: comment {comment!r} has surrounding whitespace or holds a "
                              f"tab or line break, which a discbracket comment cannot hold")
-        return f"{text}\t{sentence.id}"
-    return text
+        if not write_id and comment.startswith("id="):
+            raise ValueError(f"sentence {sentence.id}: comment {comment!r} would read back as an id; write it "
+                             f"with write_ids=True")
+        fields.append(comment)
+    text = sentence.tree.discbracket(sentence.words)
+    return f"{text}\t{' '.join(fields)}" if fields else text
 
 
 def write_discbracket(target: str | os.PathLike | TextIO, sentences: Iterable[TreebankSentence],
                       *, write_ids: bool = False) -> None:
-    """Write one discbracket tree per line (followed by ``<TAB>id`` if ``write_ids``)."""
+    """Write one discbracket tree per line, followed by a tab, ``id=<id>`` if ``write_ids`` and
+    the sentence's comment, if either is there."""
     text = "".join(discbracket_line(s, write_id=write_ids) + "\n" for s in sentences)
     if isinstance(target, (str, os.PathLike)):
         Path(target).write_text(text, encoding="utf-8")

@@ -15,7 +15,9 @@ edges, ``-/<edge>`` for a word that heads none). Lemmas, the edge labels of nont
 secondary edges are not kept otherwise. Lines outside blocks (``#FORMAT``, the
 ``#BOT``..``#EOT`` tables of format 4, ``%%`` comments) are skipped; the version comes from a
 ``#FORMAT`` line, else from the argument, else from the parity of the field count (format 3 lines
-have an odd number of fields, format 4 lines an even one).
+have an odd number of fields, format 4 lines an even one). A comment on the ``#BOS`` line,
+``#BOS 7 %% checked``, is the sentence's :attr:`~neurocrf.parsing.tree.TreebankSentence.comment`,
+read and written as disco-dop does.
 
 The writer numbers nonterminals bottom-up from 500 (children before parents) and writes ``--``
 for lemma and nonterminal edges, and for morphology and terminal edges unless the sentence has
@@ -53,7 +55,7 @@ def parse_export(lines: Iterable[str] | str, fmt: int | None = None, *, root_lab
         raise ValueError(f"export format must be 3 or 4, got {fmt!r}")
     out: list[TreebankSentence] = []
     block: list[tuple[int, list[str]]] | None = None
-    bos_id, bos_line = "", 0
+    bos_id, bos_line, comment = "", 0, ""
     for lineno, raw in enumerate(lines, 1):
         line = raw.strip()
         if not line or line.startswith("%%"):
@@ -69,6 +71,7 @@ def parse_export(lines: Iterable[str] | str, fmt: int | None = None, *, root_lab
             if len(fields) < 2:
                 raise TreebankFormatError(source, lineno, "#BOS without a sentence id")
             block, bos_id, bos_line = [], fields[1], lineno
+            comment = line.partition("%%")[2].strip()
         elif fields[0] == "#EOS":
             if block is None:
                 raise TreebankFormatError(source, lineno, "#EOS without #BOS")
@@ -77,6 +80,7 @@ def parse_export(lines: Iterable[str] | str, fmt: int | None = None, *, root_lab
             if fmt is None and block:
                 fmt = 3 if len(block[0][1]) % 2 == 1 else 4
             out.append(_build(bos_id, block, fmt or 3, root_label, source, bos_line))
+            out[-1].comment = comment or None
             block = None
         elif block is not None:
             block.append((lineno, fields))
@@ -191,7 +195,9 @@ def export_block(sentence: TreebankSentence, fmt: int = 3, *, root_label: str = 
         return "0" if parent is None else str(ids[parent])
 
     lemma = ["--"] if fmt == 4 else []
-    lines = [f"#BOS {sentence.id}"]
+    if sentence.comment and any(c in sentence.comment for c in "\r\n"):
+        raise ValueError(f"sentence {sentence.id}: comment {sentence.comment!r} holds a line break")
+    lines = [f"#BOS {sentence.id}" + (f" %% {sentence.comment}" if sentence.comment else "")]
     morph = sentence.annotations.get("morph") or ["--"] * len(words)
     function = sentence.annotations.get("function") or ["--"] * len(words)
     for i, word in enumerate(words):

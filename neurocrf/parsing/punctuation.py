@@ -1,10 +1,11 @@
 """Re-attach punctuation inside the tree (the treebank's own placement is not kept).
 
 Which tokens are punctuation: those whose POS tag (preterminal label) is in :data:`PUNCT_TAGS`
-(Alpino ``punct`` / ``LET``; NeGra/Tiger ``$,`` ``$(`` ``$.``; Penn ``,`` ``.`` ``:`` ``````
-``''``, the EVALB set) and, if ``word_regex`` is given, tokens whose word matches it in full.
-The same tag set is the punctuation ``DELETE_LABEL`` list of ``proper.prm``, so what is moved here
-is what the evaluation ignores.
+(Alpino ``punct`` / ``let`` / ``LET()`` in lower and upper case, as disco-dop's ``proper.prm``
+lists them; NeGra/Tiger ``$,`` ``$(`` ``$.``; Penn ``,`` ``.`` ``:`` `````` ``''``, the EVALB set)
+and, if ``word_regex`` is given, tokens whose word matches it in full. The same tag set is the
+punctuation ``DELETE_LABEL`` list of ``proper.prm``, so what is moved here is what the evaluation
+ignores.
 
 Strategy (:func:`move_punctuation`):
 
@@ -33,7 +34,8 @@ from neurocrf.parsing.tree import Tree, TreebankSentence
 __all__ = ["PUNCT_TAGS", "punctuation_indices", "move_punctuation", "move_punctuation_sentence"]
 
 PUNCT_TAGS: frozenset[str] = frozenset({
-    "punct", "LET", "LET()",          # Alpino (pos / pt / postag)
+    "punct", "PUNCT",                 # Alpino pos (upper case in some conversions, and UD)
+    "let", "LET", "let()", "LET()",   # Alpino pt (disco-dop's Alpino reader) / CGN postag
     "$,", "$(", "$.",                 # NeGra, Tiger (STTS)
     ",", ".", ":", "``", "''",        # Penn Treebank (EVALB's deleted tags)
 })
@@ -123,4 +125,5 @@ def move_punctuation_sentence(sentence: TreebankSentence, **kwargs) -> TreebankS
     """:func:`move_punctuation` on a :class:`TreebankSentence` (returns a new one)."""
     tree = move_punctuation(sentence.tree, sentence.words, **kwargs)
     return TreebankSentence(sentence.id, list(sentence.words), tree,
-                            {name: list(values) for name, values in sentence.annotations.items()})
+                            {name: list(values) for name, values in sentence.annotations.items()},
+                            comment=sentence.comment)

@@ -364,12 +364,14 @@ class TreebankSentence:
 
     ``annotations``: per-token annotations the treebank has beside the tree, name -> one string
     per word (:data:`ANNOTATIONS`); readers fill what their format holds, ``_`` where a token has
-    none. Not part of equality: two entries with the same id, words and tree are equal."""
+    none. ``comment``: free text the treebank keeps with the tree (a discbracket comment), or
+    None. Neither is part of equality: two entries with the same id, words and tree are equal."""
 
     id: str
     words: list[str]
     tree: Tree
     annotations: dict[str, list[str]] = field(default_factory=dict, compare=False)
+    comment: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for name, values in self.annotations.items():
