@@ -2,7 +2,7 @@
 
 - :class:`LogPartition`: the training path. A ``torch.autograd.Function`` whose backward pass is a
   hand-written forward-backward (d log Z / d potentials = marginals): the rescaled exp-space scan
-  (:class:`~neurocrf.structs.exp_scan.ExpScan`) when it is certified exact, else the float64
+  (:class:`~neurocrf.structs.engine.pytorch.exp_scan.ExpScan`) when it is certified exact, else the float64
   log-space scan. Memory O(B T |S|): no graph of ``[B, T, |S|, C]`` intermediates is kept.
 - :func:`autograd_log_partition`: a log-space scan of differentiable operations only, for
   derivatives of any order (``create_graph=True``) and empty batches.
@@ -11,7 +11,7 @@
 
 All take the original potentials (``start [*S]``, ``transitions [*S, C]`` or per position ``[B, T,
 *S, C]``, ``end [*S]``, compacted ``emissions [B, T, *S]``, ``lengths [B]``) and return ``[B]``.
-:class:`~neurocrf.structs.chain.Chain` chooses among them.
+:class:`~neurocrf.structs.engine.chain.Chain` chooses among them.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from neurocrf.structs import log_scan
-from neurocrf.structs.augmented import augment, is_per_position, original_gradients
-from neurocrf.structs.exp_scan import ExpScan
-from neurocrf.structs.semiring import NEG_INF, LogSemiring
+from neurocrf.structs.engine.augmented import augment, is_per_position, original_gradients
+from neurocrf.structs.engine.pytorch import log_scan
+from neurocrf.structs.engine.pytorch.exp_scan import ExpScan
+from neurocrf.structs.engine.semiring import NEG_INF, LogSemiring
 
 # Edge-marginal blocks above this many elements are computed in time chunks.
 _EDGE_CHUNK_ELEMENTS = 1 << 24
@@ -72,7 +72,7 @@ def autograd_log_partition(start: Tensor, transitions: Tensor, end: Tensor, emis
 class LogPartition(torch.autograd.Function):
     """log Z with a hand-written forward-backward gradient: d log Z / d potentials = marginals.
 
-    Runs the rescaled exp-space scan when :class:`~neurocrf.structs.exp_scan.ExpScan` can certify
+    Runs the rescaled exp-space scan when :class:`~neurocrf.structs.engine.pytorch.exp_scan.ExpScan` can certify
     it exact, else the log-space scan. Both compute in float64: the log-space scan is taken exactly
     when scores are large, where float32 would lose the marginals' precision.
 
