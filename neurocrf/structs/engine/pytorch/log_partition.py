@@ -150,11 +150,14 @@ def parallel_log_partition(start: Tensor, transitions: Tensor, end: Tensor, emis
     """``[batch]`` log Z by a log-depth tree of log-semiring matrix products (first-order chains only).
 
     Depth O(log T) instead of T sequential steps, at O(B T S^3) work and O(B T S^2) memory:
-    it pays off for long sequences on a GPU. Gradients flow through autograd.
+    it pays off for long sequences on a GPU. Computed in float64 (float32 sums over a tree of
+    thousands of positions lose the gradients' digits: 8e-4 relative error at T = 20,000), returned
+    in the input dtype. Gradients flow through autograd.
     """
     if start.dim() != 1:
         raise ValueError("the parallel scan supports first-order state spaces only")
-    batch = emissions.shape[0]
+    batch, dtype = emissions.shape[0], emissions.dtype
+    start, transitions, end, emissions = (x.to(torch.float64) for x in (start, transitions, end, emissions))
     start, moves, emissions = augment(start, transitions, end, emissions, lengths)
     into = moves[1:] if is_per_position(moves, emissions) else moves
     steps = into + emissions[1:].unsqueeze(2)  # [T, B, S', S']
@@ -169,7 +172,7 @@ def parallel_log_partition(start: Tensor, transitions: Tensor, end: Tensor, emis
     if steps.shape[0]:  # none at seq_len 0, where every row starts in END
         alpha = LogSemiring.plus(alpha.unsqueeze(-1) + steps[0], dim=1)
     log_z = LogSemiring.plus(alpha, dim=1)
-    return torch.where(lengths > 0, log_z, torch.zeros_like(log_z))
+    return torch.where(lengths > 0, log_z, torch.zeros_like(log_z)).to(dtype)
 
 
 def _log_matmul(a: Tensor, b: Tensor) -> Tensor:
