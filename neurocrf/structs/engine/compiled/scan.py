@@ -14,12 +14,10 @@ from torch import Tensor
 
 from neurocrf.structs.engine.compiled import kernel
 from neurocrf.structs.engine.pytorch import first_order
+from neurocrf.structs.engine.pytorch.first_order import DROPPED_ERROR
 
 _TINY = math.exp(-700.0)  # a normal float64 number with a margin above the smallest one
 _FLOOR = math.exp(-600.0)  # normalisers of the marginals must exceed this (see kernel.c)
-DROPPED_ERROR = 2.0 ** -60
-"""Largest relative error of ``Z`` the values dropped by the forward scan may cause (a bound
-computed by the backward pass); below float64's rounding of the result."""
 
 
 class KernelForwardBackward:

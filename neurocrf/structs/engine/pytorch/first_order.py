@@ -12,6 +12,9 @@ position as possible:
   steps;
 * they rescale only every ``K`` positions, and a check after the scan certifies that no value
   underflowed or overflowed (see :func:`_certified`); otherwise the caller's general path runs;
+* a value that shrinks out of that range (the precursor CRF's "no entity yet" O state, which only
+  its own self-loop enters, on every long sentence) is dropped at a rescaling, and the backward
+  pass bounds the relative error of ``Z`` it could have caused (:data:`DROPPED_ERROR`);
 * node marginals are normalised per position by ``sum_s alpha_t(s) beta_t(s)``, edge marginals by
   the same sums, so no log-scale bookkeeping is needed for the gradient;
 * the gold-path score is one autograd node (:func:`path_score`);
@@ -43,6 +46,10 @@ _MAX_LOG = 300.0  # stored row maxima must lie in [exp(-300), exp(300)]
 _RELATIVE_LOG = 400.0  # nonzero stored values must be >= row max * exp(-(400 - spread))
 _TINY = math.exp(-700.0)  # a normal float64 number with a margin above the smallest one
 _STEP_CHUNK_ELEMENTS = 1 << 20  # Viterbi step scores built at once (8 MiB of float64)
+_DROP_MARGIN = 100.0  # a value dropped is at most exp(-100) of its row's largest
+DROPPED_ERROR = 2.0 ** -60
+"""Largest relative error of ``Z`` that values dropped from a forward scan may cause (a bound the
+backward pass computes); below float64's rounding of the result."""
 
 
 def applies(order: int, per_position: bool, batch: int, seq_len: int, device: torch.device) -> bool:
@@ -113,7 +120,13 @@ class ForwardBackward:
         rows[0][:, size] = 1.0
         rows[0].mul_(weights[0])
         log_scale = em.new_zeros(batch)
-        interval = self.interval
+        interval = min(self.interval, steps)
+        # a value below drop_bound at a rescaling could leave the certified range (see _certified)
+        # before the next one: it is dropped, and the backward pass bounds what it could have
+        # carried into Z (no dropping where that would leave less than _DROP_MARGIN nats)
+        margin = _RELATIVE_LOG - (interval + 1) * step_spread
+        drop_bound = math.exp(-margin) if margin >= _DROP_MARGIN else 0.0
+        self.dropped: list[tuple[int, Tensor]] = []
         for t in range(1, steps + 1):
             torch.mm(rows[t - 1], moves, out=rows[t])
             rows[t].mul_(weights[t])
@@ -121,10 +134,14 @@ class ForwardBackward:
                 peak = rows[t].amax(-1, keepdim=True)
                 rows[t].div_(peak)
                 log_scale += torch.log(peak.squeeze(-1))
+                small = (rows[t] > 0) & (rows[t] < drop_bound)
+                if bool(small.any()):
+                    self.dropped.append((t, torch.where(small, rows[t], 0.0)))
+                    rows[t].masked_fill_(small, 0.0)
         self.alphas = alphas
-        self.ok = _certified(alphas, step_spread)
-        self.log_z = torch.log(alphas[steps, :, size]) + log_scale + self.log_shift
         self.betas: Tensor | None = None
+        self.log_z = torch.log(alphas[steps, :, size]) + log_scale + self.log_shift
+        self.ok = _certified(alphas, step_spread) and (not self.dropped or self.backward_ok())
 
     def backward_ok(self) -> bool:
         """Run the backward scan; False if it cannot be certified."""
@@ -150,6 +167,11 @@ class ForwardBackward:
                 # sums[t] = sum_s alpha_t(s) beta_t(s): Z times the rescalings of both scans up to t
                 self.sums = (self.alphas * betas).sum(-1)  # [T + 1, B]
                 self._backward_ok = bool((self.sums >= math.exp(-2 * _MAX_LOG)).all())
+            if self._backward_ok and self.dropped:
+                # relative error of Z: each dropped value times its state's backward score, over
+                # sum_s alpha beta at its position (both rescaled alike)
+                error = sum((value * betas[t]).sum(-1) / self.sums[t] for t, value in self.dropped)
+                self._backward_ok = bool((error <= DROPPED_ERROR).all())
         return self._backward_ok
 
     def node_marginals(self) -> Tensor | None:
