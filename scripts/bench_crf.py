@@ -185,10 +185,13 @@ def _with_kernel(fn: Callable, enabled: bool) -> Callable:
     return call
 
 
-def run(sizes, device: torch.device, repeats: int, with_peers: bool) -> list[dict]:
+def run(sizes, device: torch.device, repeats: int, with_peers: bool, skip: list[str] = ()) -> list[dict]:
     rows = []
     for batch, seq_len, num_tags in sizes:
         emissions, nll, viterbi = build_contenders(batch, seq_len, num_tags, device, with_peers)
+        for table in (nll, viterbi):
+            for name in [name for name in table if any(part in name for part in skip)]:
+                del table[name]
         slow = batch * seq_len * num_tags * num_tags > 2_000_000 and device.type == "cpu"
         reps = max(5, repeats // 4) if slow else repeats
 
@@ -232,7 +235,7 @@ def format_tables(rows: list[dict], header: str) -> str:
         size = "x".join(map(str, row["size"]))
         for op in ("nll", "viterbi"):
             t = row[op]
-            ours, compiled = t["neurocrf first-order"], t.get(COMPILED)
+            ours, compiled = t.get("neurocrf first-order"), t.get(COMPILED)
             pc, ts = t.get("pytorch-crf"), t.get("torch-struct")
             label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
             out.append(f"| {size} | {label} | {ms(ours)} | {ms(compiled)} | {ms(pc)} | {ms(ts)} | {ratio(ours, pc)} | "
@@ -247,10 +250,10 @@ def format_tables(rows: list[dict], header: str) -> str:
         size = "x".join(map(str, row["size"]))
         for op in ("nll", "viterbi"):
             t = row[op]
-            first, second, prec = t["neurocrf first-order"], t["neurocrf second-order"], t["neurocrf precursor"]
+            first, second, prec = (t.get(f"neurocrf {name}") for name in ("first-order", "second-order", "precursor"))
             label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
-            out.append(f"| {size} | {label} | {first:.2f} | {second:.2f} | {prec:.2f} | {second / first:.2f} | "
-                       f"{prec / first:.2f} |")
+            out.append(f"| {size} | {label} | {ms(first)} | {ms(second)} | {ms(prec)} | {ratio(second, first)} | "
+                       f"{ratio(prec, first)} |")
     compiled_rows = [row for row in rows if _compiled(PRECURSOR) in row["nll"]]
     if compiled_rows:
         out.append("")
@@ -295,6 +298,8 @@ def main() -> None:
     parser.add_argument("--no-pin-malloc", action="store_true", help="keep glibc's dynamic malloc thresholds")
     parser.add_argument("--out", help="also write the markdown tables to this file")
     parser.add_argument("--sizes", help="BxTxL sizes, comma-separated (default: the device's list)")
+    parser.add_argument("--skip", default="", help="leave out contenders whose name contains one of these, "
+                        "comma-separated (e.g. second-order)")
     args = parser.parse_args()
     global CLOCK
     if args.clock == "thread":
@@ -312,7 +317,7 @@ def main() -> None:
     header = (f"## CRF benchmark on {args.device} ({machine}); torch {torch.__version__}; "
               f"{args.repeats} interleaved rounds, medians of {args.clock} time; "
               f"malloc thresholds {'pinned' if pinned else 'dynamic'}")
-    rows = run(sizes, device, args.repeats, not args.no_peers)
+    rows = run(sizes, device, args.repeats, not args.no_peers, [x for x in args.skip.split(",") if x])
     text = format_tables(rows, header)
     print(text)
     if args.out:

@@ -87,6 +87,13 @@ def test_bad_names_are_refused_with_the_source_named(monkeypatch):
         LinearChainCRF(3).log_partition(torch.randn(1, 2, 3))
 
 
+def test_backends_satisfy_the_contract(compiled, fake_triton):
+    for name in ("torch", "compiled", "triton"):
+        assert isinstance(engine.load(name), engine.Backend)
+    assert not isinstance(types.ModuleType("empty"), engine.Backend)
+    assert engine.describe()["torch"] == "available"
+
+
 def test_auto_on_cpu_picks_the_compiled_kernel_where_it_applies(compiled, no_env):
     assert select("auto", "log_partition", *first_order())[0] == "compiled"
     assert select("auto", "viterbi", *first_order())[0] == "compiled"
