@@ -97,16 +97,19 @@ int fb_forward(int64_t B, int64_t T, int64_t S, const double* st, const double* 
   return ok ? 1 + dropped : 0;
 }
 
-/* Backward pass, per row: node marginals gm [B, T, S] and edge marginals summed over the positions
-   gw [B, S, S] (outputs zero-initialised by the caller), with alphas from fb_forward, and err [B], a
-   bound on the relative error of Z from the values fb_forward dropped: the mass a dropped value
-   carried into Z is that value times the backward score of its state, divided by sum_s alpha beta
-   at its position (everything rescaled alike). The normalisers of node and edge marginals must
-   exceed `floor`: terms lost to underflow are then below exp(-708) / floor of them.
-   Returns 1 if certified. */
+/* Backward pass: node marginals gm [B, T, S] and edge marginals summed over the positions, with
+   alphas from fb_forward, and err [B], a bound on the relative error of Z from the values
+   fb_forward dropped: the mass a dropped value carried into Z is that value times the backward
+   score of its state, divided by sum_s alpha beta at its position (everything rescaled alike).
+   With weights g [B], the gradients of sum_b g[b] log Z[b]: gm weighted, gw [S, S] summed over the
+   rows, and the start and end gradients added into gs [S] and ge [S]; without (g NULL), per row:
+   gm unweighted, gw [B, S, S], gs and ge unused. Outputs zero-initialised by the caller. The
+   normalisers of node and edge marginals must exceed `floor`: terms lost to underflow are then
+   below exp(-708) / floor of them. Returns 1 if certified. */
 int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* en, const double* em,
                 const double* probs, const double* shifts, const int64_t* len, const double* al,
-                double tiny, double floor, double* gm, double* gw, double* err) {
+                const double* g, double tiny, double floor, double* gs, double* gw, double* ge, double* gm,
+                double* err) {
   double* ew = malloc(sizeof(double) * (S * S + 3 * S));
   double *beta = ew + S * S, *raw = beta + S, *q = raw + S;
   int ok = 1;
@@ -116,7 +119,8 @@ int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* 
     const int64_t n = len[b];
     err[b] = 0.0;
     if (n == 0) continue;
-    double* gwb = gw + b * S * S;
+    const double gb = g ? g[b] : 1.0;
+    double* gwb = g ? gw : gw + b * S * S;
     double peak = 0.0;
     for (int64_t k = 0; k < S; ++k) { beta[k] = exp(en[k]); peak = fmax(peak, beta[k]); }
     if (!(peak > 0.0) || !isfinite(peak)) { ok = 0; break; }
@@ -132,10 +136,11 @@ int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* 
         else lost -= a[k] * beta[k];
       }
       if (!(d > floor) || !isfinite(d)) { ok = 0; break; }
-      const double scale = 1.0 / d;
-      err[b] += lost * scale;
+      err[b] += lost / d;
+      const double scale = gb / d;
       for (int64_t k = 0; k < S; ++k) m[k] = fmax(a[k], 0.0) * beta[k] * scale;
-      if (t == 0) break;
+      if (g && t == n - 1) for (int64_t k = 0; k < S; ++k) ge[k] += m[k];
+      if (t == 0) { if (g) for (int64_t k = 0; k < S; ++k) gs[k] += m[k]; break; }
       /* q = probs_t * beta_t; raw = expW q is beta_{t-1} before rescaling; edges / sum(alpha_{t-1} raw) */
       const double* p = probs + at;
       const double p_low = exp_low(em + at, S, &ok) / exp(shifts[b * T + t]);
@@ -151,7 +156,7 @@ int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* 
         dp += fmax(prev[j], 0.0) * s;
       }
       if (!(dp > floor) || !isfinite(dp)) { ok = 0; break; }
-      const double edge_scale = 1.0 / dp;
+      const double edge_scale = gb / dp;
       for (int64_t j = 0; j < S; ++j) {
         const double aj = prev[j] * edge_scale;
         if (aj <= 0.0) continue;

@@ -116,7 +116,7 @@ def unavailable() -> str | None:
         library.fb_forward.restype = ctypes.c_int
         library.fb_forward.argtypes = [_I64] * 3 + [_PTR] * 7 + [_F64] + [_PTR] * 2
         library.fb_backward.restype = ctypes.c_int
-        library.fb_backward.argtypes = [_I64] * 3 + [_PTR] * 7 + [_F64] * 2 + [_PTR] * 3
+        library.fb_backward.argtypes = [_I64] * 3 + [_PTR] * 8 + [_F64] * 2 + [_PTR] * 5
         for name in ("viterbi_f32", "viterbi_f64", "gold_f32", "gold_f64"):
             getattr(library, name).restype = ctypes.c_int if name.startswith("gold") else None
             getattr(library, name).argtypes = [_I64] * 3 + [_PTR] * 7
@@ -143,17 +143,24 @@ def fb_forward(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tenso
 
 
 def fb_backward(transitions: Tensor, end: Tensor, emissions: Tensor, probs: Tensor, shift: Tensor, lengths: Tensor,
-                alphas: Tensor, tiny: float, floor: float) -> tuple[Tensor, Tensor, Tensor, bool]:
-    """Per row: node marginals ``[B, T, S]``, edge marginals summed over the positions ``[B, S, S]``
-    and the bound on the relative error of ``Z`` from dropped values ``[B]`` (float64), certified."""
+                alphas: Tensor, tiny: float, floor: float, grad: Tensor | None = None) -> tuple[Tensor, ...]:
+    """The backward pass (float64). With ``grad`` ``[B]``: the gradients of ``sum_b grad[b] log Z[b]``
+    for start ``[S]``, transitions ``[S, S]``, end ``[S]`` and emissions ``[B, T, S]``; without, per
+    row: node marginals ``[B, T, S]`` and edge marginals summed over the positions ``[B, S, S]``.
+    Then the bound on the relative error of ``Z`` from dropped values ``[B]``, and whether it is
+    certified."""
     batch, steps, size = probs.shape
-    nodes = torch.zeros(batch, steps, size, dtype=torch.float64)
-    edges = torch.zeros(batch, size, size, dtype=torch.float64)
-    error = torch.zeros(batch, dtype=torch.float64)
+    rows = 1 if grad is not None else batch
+    out = torch.zeros(2 * size + rows * size * size + batch * steps * size + batch, dtype=torch.float64)
+    g_start, g_end, g_moves, g_em, error = out.split([size, size, rows * size * size, batch * steps * size, batch])
     ok = _library.fb_backward(batch, steps, size, transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(),
-                              probs.data_ptr(), shift.data_ptr(), lengths.data_ptr(), alphas.data_ptr(), tiny, floor,
-                              nodes.data_ptr(), edges.data_ptr(), error.data_ptr())
-    return nodes, edges, error, bool(ok)
+                              probs.data_ptr(), shift.data_ptr(), lengths.data_ptr(), alphas.data_ptr(),
+                              None if grad is None else grad.data_ptr(), tiny, floor, g_start.data_ptr(),
+                              g_moves.data_ptr(), g_end.data_ptr(), g_em.data_ptr(), error.data_ptr())
+    g_em = g_em.view(batch, steps, size)
+    if grad is None:
+        return g_em, g_moves.view(batch, size, size), error, bool(ok)
+    return g_start, g_moves.view(size, size), g_end, g_em, error, bool(ok)
 
 
 def _typed(name: str, dtype: torch.dtype):

@@ -21,8 +21,12 @@ _FLOOR = math.exp(-600.0)  # normalisers of the marginals must exceed this (see 
 
 
 class KernelForwardBackward:
-    """The forward scan on construction (``ok``: certified; ``log_z`` ``[B]`` float64), the backward
-    scan on demand (node and per-row edge marginals, computed once for any gradient weights)."""
+    """The forward scan on construction (``ok``: certified; ``log_z`` ``[B]`` float64) and the backward
+    scan for gradients and marginals.
+
+    When the forward scan dropped values, certifying ``log_z`` takes the backward pass at once: it
+    then runs per row (node and per-row edge marginals, combined with any gradient weights later),
+    so that training still runs it only once."""
 
     def __init__(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor) -> None:
         f64 = torch.float64
@@ -35,35 +39,34 @@ class KernelForwardBackward:
         self.log_z, self.alphas, status = kernel.fb_forward(
             start.detach().to(f64).contiguous(), self.moves, self.end, self.emissions, self.probs, self.shift,
             self.lengths, _TINY)
-        self._backward: tuple[Tensor, Tensor] | None = None
-        self._backward_done = False
-        # status 2: values were dropped; the backward pass bounds what they could have carried into Z
+        self._per_row: tuple[Tensor, Tensor] | None = None
         self.ok = status == 1 or status == 2 and self._marginals() is not None
 
+    def _backward(self, grad: Tensor | None) -> tuple[Tensor, ...] | None:
+        *out, error, ok = kernel.fb_backward(self.moves, self.end, self.emissions, self.probs, self.shift,
+                                             self.lengths, self.alphas, _TINY, _FLOOR, grad)
+        return tuple(out) if ok and bool((error <= DROPPED_ERROR).all()) else None
+
     def _marginals(self) -> tuple[Tensor, Tensor] | None:
-        """Node marginals ``[B, T, S]`` and per-row summed edge marginals ``[B, S, S]``, or None if
-        the backward scan (or the dropped values' error bound) is not certified."""
-        if not self._backward_done:
-            self._backward_done = True
-            nodes, edges, error, ok = kernel.fb_backward(self.moves, self.end, self.emissions, self.probs, self.shift,
-                                                         self.lengths, self.alphas, _TINY, _FLOOR)
-            if ok and bool((error <= DROPPED_ERROR).all()):
-                self._backward = (nodes, edges)
-        return self._backward
+        """Node marginals ``[B, T, S]`` and per-row summed edge marginals ``[B, S, S]`` (computed
+        once), or None if the backward scan (or the dropped values' error bound) is not certified."""
+        if self._per_row is None:
+            self._per_row = self._backward(None) or ()
+        return self._per_row or None
 
     def gradients(self, grad_log_z: Tensor, need_moves: bool
                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor] | None:
         """Gradients of ``sum_b grad_log_z[b] log Z[b]``: start ``[S]``, transitions ``[S, S]``, end
         ``[S]``, emissions ``[B, T, S]`` (float64), or None if not certified."""
+        weight = grad_log_z.to(torch.float64).contiguous()
+        if self._per_row is None:  # the common case: the kernel weights and sums
+            return self._backward(weight)
         marginals = self._marginals()
         if marginals is None:
             return None
         nodes, edges = marginals
-        weight = grad_log_z.to(torch.float64)
         grad_emissions = nodes * weight.view(-1, 1, 1)
-        grad_start = grad_emissions[:, 0].sum(0) if grad_emissions.shape[1] else nodes.new_zeros(nodes.shape[-1])
-        if not need_moves:
-            return grad_start, None, None, grad_emissions
+        grad_start = grad_emissions[:, 0].sum(0)
         last = (self.lengths - 1).clamp(min=0).view(-1, 1, 1).expand(-1, 1, nodes.shape[-1])
         at_end = grad_emissions.gather(1, last).squeeze(1) * (self.lengths > 0).unsqueeze(1)
         return grad_start, torch.einsum("b,bij->ij", weight, edges), at_end.sum(0), grad_emissions
