@@ -176,13 +176,26 @@ int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* 
 }
 
 /* Viterbi: states [B, T] (-1 past each length and in rows without a path), best scores [B]. The sums
-   are those of the torch scan, score[j] + (w[j, k] + e[t, k]), and ties go to the first index. */
+   are those of the torch scan, score[j] + (w[j, k] + e[t, k]), and ties go to the first index: a
+   maximum over the candidates (a loop the compiler vectorises, over the transposed transitions),
+   then the first candidate equal to it. Sources with a -inf transition into k are skipped when
+   there are any (the precursor CRF's O states are entered from one memory each); a state that no
+   source reaches gets -inf and pointer 0, as in the dense scan. */
 #define VITERBI(NAME, REAL)                                                                        \
 void NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const REAL* en,          \
           const REAL* e, const int64_t* len, int64_t* out, REAL* best) {                           \
-  REAL* score = malloc(sizeof(REAL) * 2 * S);                                                      \
-  REAL* next = score + S;                                                                          \
+  REAL* score = malloc(sizeof(REAL) * (3 * S + S * S));                                            \
+  REAL *next = score + S, *cand = next + S, *wt = cand + S;                                        \
   int64_t* back = malloc(sizeof(int64_t) * (T > 0 ? T : 1) * S);                                   \
+  int64_t* from = malloc(sizeof(int64_t) * (S * S + S));                                           \
+  int64_t* count = from + S * S;                                                                   \
+  for (int64_t k = 0; k < S; ++k) {                                                                \
+    count[k] = 0;                                                                                  \
+    for (int64_t j = 0; j < S; ++j) {                                                              \
+      wt[k * S + j] = w[j * S + k];                                                                \
+      if (w[j * S + k] > -INFINITY) from[k * S + count[k]++] = j;                                  \
+    }                                                                                              \
+  }                                                                                                \
   for (int64_t b = 0; b < B; ++b) {                                                                \
     const int64_t n = len[b];                                                                      \
     int64_t* path = out + b * T;                                                                   \
@@ -193,11 +206,23 @@ void NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const 
     for (int64_t k = 0; k < S; ++k) score[k] = st[k] + eb[k];                                      \
     for (int64_t t = 1; t < n; ++t) {                                                              \
       for (int64_t k = 0; k < S; ++k) {                                                            \
-        REAL top = score[0] + (w[k] + eb[t * S + k]);                                              \
+        const REAL ek = eb[t * S + k];                                                             \
+        const REAL* column = wt + k * S;                                                           \
+        REAL top = -INFINITY;                                                                      \
         int64_t arg = 0;                                                                           \
-        for (int64_t j = 1; j < S; ++j) {                                                          \
-          const REAL v = score[j] + (w[j * S + k] + eb[t * S + k]);                                \
-          if (v > top) { top = v; arg = j; }                                                       \
+        if (count[k] == S) {                                                                       \
+          for (int64_t j = 0; j < S; ++j) {                                                        \
+            cand[j] = score[j] + (column[j] + ek);                                                 \
+            top = cand[j] > top ? cand[j] : top;                                                   \
+          }                                                                                        \
+          while (arg < S - 1 && !(cand[arg] == top)) ++arg;                                        \
+        } else {                                                                                   \
+          const int64_t* sources = from + k * S;                                                   \
+          for (int64_t c = 0; c < count[k]; ++c) {                                                 \
+            const int64_t j = sources[c];                                                          \
+            const REAL v = score[j] + (column[j] + ek);                                            \
+            if (v > top) { top = v; arg = j; }                                                     \
+          }                                                                                        \
         }                                                                                          \
         next[k] = top;                                                                             \
         back[t * S + k] = arg;                                                                     \
@@ -217,13 +242,14 @@ void NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const 
   }                                                                                                \
   free(score);                                                                                     \
   free(back);                                                                                      \
+  free(from);                                                                                      \
 }
 VITERBI(viterbi_f32, float)
 VITERBI(viterbi_f64, double)
 
 /* Score of the tag paths y [B, T] (entries past each length ignored; returns 0 if an entry before
-   is outside [0, S)), summed in float64, and its gradient: g[b] added at every score the path of row b uses (outputs
-   zero-initialised by the caller). */
+   is outside [0, S)), summed in float64, and its gradient: g[b] added at every score the path of
+   row b uses (outputs zero-initialised by the caller). */
 #define GOLD(NAME, BACKWARD, REAL)                                                                 \
 int NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const REAL* en,           \
          const REAL* e, const int64_t* y, const int64_t* len, REAL* out) {                         \
