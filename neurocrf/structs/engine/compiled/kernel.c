@@ -16,6 +16,17 @@ static double exp_low(const double* x, int64_t n, int* ok) {
   return low < INFINITY ? exp(low) : 1.0;
 }
 
+/* The smallest factor exp(x - shift) = p of the finite scores x [n] (1 if none), read off p itself;
+   sets *ok = 0 if a score is NaN or +inf. */
+static double prob_low(const double* p, const double* x, int64_t n, int* ok) {
+  double low = INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (isnan(x[i]) || x[i] == INFINITY) *ok = 0;
+    if (x[i] > -INFINITY) low = fmin(low, p[i]);
+  }
+  return low < INFINITY ? low : 1.0;
+}
+
 /* Certificate, checked as the scans run: every step multiplies values rescaled to max 1 by factors
    exp(score). If every nonzero value v entering a step satisfies v >= tiny (exp(-700), a normal
    number) and v * (smallest factor of the step) >= tiny, no product of a finite score underflows
@@ -62,7 +73,7 @@ int fb_forward(int64_t B, int64_t T, int64_t S, const double* st, const double* 
       const double *p = probs + at, shift = shifts[b * T + t];
       double* a = al + at;
       if (!isfinite(shift)) { ok = 0; break; }
-      const double p_low = exp_low(em + at, S, &ok) / exp(shift);
+      const double p_low = prob_low(p, em + at, S, &ok);
       if (t == 0) {
         if (!(s_low * p_low >= tiny)) ok = 0;
         for (int64_t k = 0; k < S; ++k) a[k] = es[k] * p[k];
@@ -110,10 +121,12 @@ int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* 
                 const double* probs, const double* shifts, const int64_t* len, const double* al,
                 const double* g, double tiny, double floor, double* gs, double* gw, double* ge, double* gm,
                 double* err) {
-  double* ew = malloc(sizeof(double) * (S * S + 3 * S));
-  double *beta = ew + S * S, *raw = beta + S, *q = raw + S;
+  double* ew = malloc(sizeof(double) * (2 * S * S + 3 * S));
+  double *ewt = ew + S * S, *beta = ewt + S * S, *raw = beta + S, *q = raw + S;
   int ok = 1;
   for (int64_t i = 0; i < S * S; ++i) ew[i] = exp(w[i]);
+  for (int64_t j = 0; j < S; ++j)  /* transposed: raw = expW q as a sum of columns, vectorised */
+    for (int64_t k = 0; k < S; ++k) ewt[k * S + j] = ew[j * S + k];
   const double w_low = exp_low(w, S * S, &ok);
   for (int64_t b = 0; b < B && ok; ++b) {
     const int64_t n = len[b];
@@ -143,18 +156,19 @@ int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* 
       if (t == 0) { if (g) for (int64_t k = 0; k < S; ++k) gs[k] += m[k]; break; }
       /* q = probs_t * beta_t; raw = expW q is beta_{t-1} before rescaling; edges / sum(alpha_{t-1} raw) */
       const double* p = probs + at;
-      const double p_low = exp_low(em + at, S, &ok) / exp(shifts[b * T + t]);
+      const double p_low = prob_low(p, em + at, S, &ok);
       if (!entering_ok(beta, S, fmax(tiny, tiny / (w_low * p_low)))) ok = 0;
       for (int64_t k = 0; k < S; ++k) q[k] = p[k] * beta[k];
       const double* prev = a - S;
-      double dp = 0.0;
-      for (int64_t j = 0; j < S; ++j) {
-        const double* row = ew + j * S;
-        double s = 0.0;
-        for (int64_t k = 0; k < S; ++k) s += row[k] * q[k];
-        raw[j] = s;
-        dp += fmax(prev[j], 0.0) * s;
+      for (int64_t j = 0; j < S; ++j) raw[j] = 0.0;
+      for (int64_t k = 0; k < S; ++k) {
+        const double qk = q[k];
+        if (qk == 0.0) continue;
+        const double* column = ewt + k * S;
+        for (int64_t j = 0; j < S; ++j) raw[j] += column[j] * qk;
       }
+      double dp = 0.0;
+      for (int64_t j = 0; j < S; ++j) dp += fmax(prev[j], 0.0) * raw[j];
       if (!(dp > floor) || !isfinite(dp)) { ok = 0; break; }
       const double edge_scale = gb / dp;
       for (int64_t j = 0; j < S; ++j) {
