@@ -2,14 +2,13 @@
 
 At CRF-sized problems (tens of positions, a few dozen rows, ten to twenty tags) a scan step does a
 few thousand multiply-adds, so time goes to dispatching tensor operations, not to arithmetic. This
-module is the torch backend's scan for first-order chains with one
-transition matrix on CPU tensors when it can certify the result, and spends as few operations per
-position as possible:
+module is the torch backend's scan for first-order chains with one transition matrix on CPU
+tensors when it can certify the result, and spends as few operations per position as possible:
 
 * the forward and backward scans are two operations per position (``mm`` with the exponentiated
   transitions, ``mul`` by the exponentiated emissions, taken once for all positions), with the
-  absorbing END state of :mod:`~neurocrf.structs.engine.chain` so that rows of any length run the same
-  steps;
+  absorbing END state of :mod:`~neurocrf.structs.engine.augmented` so that rows of any length run
+  the same steps;
 * they rescale only every ``K`` positions, and a check after the scan certifies that no value
   underflowed or overflowed (see :func:`_certified`); otherwise the caller's general path runs;
 * a value that shrinks out of that range (the precursor CRF's "no entity yet" O state, which only
@@ -25,9 +24,9 @@ The compiled backend (:mod:`~neurocrf.structs.engine.compiled`) runs the same sc
 
 >>> import torch
 >>> from neurocrf.structs import LinearChainCRF
->>> crf = LinearChainCRF(3)
+>>> crf = LinearChainCRF(3, backend="torch")
 >>> emissions, tags = torch.randn(2, 5, 3), torch.zeros(2, 5, dtype=torch.long)
->>> crf(emissions, tags).shape  # the NLL runs through this module
+>>> crf(emissions, tags).shape  # on CPU the torch backend's NLL runs through this module
 torch.Size([])
 """
 

@@ -11,7 +11,7 @@
 
 All take the original potentials (``start [*S]``, ``transitions [*S, C]`` or per position ``[B, T,
 *S, C]``, ``end [*S]``, compacted ``emissions [B, T, *S]``, ``lengths [B]``) and return ``[B]``.
-:class:`~neurocrf.structs.engine.chain.Chain` chooses among them.
+The torch backend (:mod:`neurocrf.structs.engine.pytorch`) chooses among them.
 """
 
 from __future__ import annotations

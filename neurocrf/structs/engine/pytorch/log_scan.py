@@ -6,7 +6,7 @@ node and edge marginals, entropies and divergences built on them have exact grad
 second derivatives. ``differentiable=False`` runs ``torch.logsumexp`` into one preallocated buffer:
 faster and without a graph, for the hand-written backward pass of
 :mod:`~neurocrf.structs.engine.pytorch.log_partition` and the window partition functions of
-:class:`~neurocrf.structs.engine.chain.Chain`. They run on the augmented, time-major potentials of
+the torch backend (:mod:`neurocrf.structs.engine.pytorch`). They run on the augmented, time-major potentials of
 :func:`~neurocrf.structs.engine.augmented.augment` (an absorbing END value on every component), so every
 row takes the same number of steps and needs no masking.
 

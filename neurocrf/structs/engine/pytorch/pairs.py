@@ -12,7 +12,7 @@ of a finite score stays above ``exp(-700)``); otherwise the general engine runs.
 summed over positions and rows are one batched product.
 
 Inputs are the chain's augmented, time-major potentials (absorbing END component, see
-:mod:`~neurocrf.structs.engine.chain`): ``start [S', S']``, ``moves [S', S', S']``, ``emissions
+:mod:`~neurocrf.structs.engine.augmented`): ``start [S', S']``, ``moves [S', S', S']``, ``emissions
 [T + 1, B, S', S']``.
 """
 
