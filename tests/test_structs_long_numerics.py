@@ -133,3 +133,21 @@ def test_chunked_viterbi_equals_one_chunk(monkeypatch):
     whole = crf.decode(emissions)
     monkeypatch.setattr(first_order, "_STEP_CHUNK_ELEMENTS", 1)
     assert torch.equal(crf.decode(emissions), whole)
+
+
+def test_viterbi_by_scores_equals_viterbi_by_pointers(monkeypatch):
+    """Large steps recompute the back-pointers along the path: same paths, ties included (integer
+    scores tie everywhere), rows without a path all -1."""
+    crf = LinearChainCRF(5, allowed_transitions(["O", "B-A", "I-A", "B-B", "I-B"], "IOB2"), backend="torch").double()
+    with torch.no_grad():
+        for param in crf.parameters():
+            param.copy_(torch.randint(-2, 3, param.shape, generator=torch.Generator().manual_seed(7)))
+    emissions = torch.randint(-2, 3, (6, 30, 5), generator=torch.Generator().manual_seed(8)).double()
+    emissions[5] = -float("inf")
+    emissions[5, :, 2] = 0.0  # only I-A: no path under IOB2
+    mask = torch.rand(6, 30, generator=torch.Generator().manual_seed(9)) < 0.9
+    by_pointers = crf.decode(emissions, mask)
+    monkeypatch.setattr(first_order, "_SCORES_ONLY_ELEMENTS", 0)
+    assert torch.equal(crf.decode(emissions, mask), by_pointers)
+    assert bool((by_pointers[5] == -1).all())
+

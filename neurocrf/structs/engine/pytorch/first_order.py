@@ -44,7 +44,8 @@ _SCALE_BUDGET = 200.0  # nats one unrescaled stretch of positions may move the v
 _MAX_LOG = 300.0  # stored row maxima must lie in [exp(-300), exp(300)]
 _RELATIVE_LOG = 400.0  # nonzero stored values must be >= row max * exp(-(400 - spread))
 _TINY = math.exp(-700.0)  # a normal float64 number with a margin above the smallest one
-_STEP_CHUNK_ELEMENTS = 1 << 20  # Viterbi step scores built at once (8 MiB of float64)
+_STEP_CHUNK_ELEMENTS = 1 << 16  # Viterbi step scores built at once (512 KiB of float64: cache-sized)
+_SCORES_ONLY_ELEMENTS = 1 << 15  # from this B (L + 1)^2, Viterbi recomputes pointers along the path
 _DROP_MARGIN = 100.0  # a value dropped is at most exp(-100) of its row's largest
 DROPPED_ERROR = 2.0 ** -60
 """Largest relative error of ``Z`` that values dropped from a forward scan may cause (a bound the
@@ -279,8 +280,8 @@ def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, 
     Max-plus scan with the absorbing END state, two operations per position (the sums are those of
     the compiled kernel and the exported decoder, ``score + (transition + emission)``, so are the
     ties); the back-pointers are followed by pointer doubling, ``log2 T`` batched gathers instead
-    of ``T`` small ones. Memory O(B T L) whatever the length: the step scores of a chunk of
-    positions at a time.
+    of ``T`` small ones, or, for large steps, recomputed along the best path only. Memory
+    O(B T L) whatever the length: the step scores of a chunk of positions at a time.
     """
     batch, steps, size = emissions.shape
     width = size + 1
@@ -297,31 +298,61 @@ def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, 
     into[size, size] = 0.0
     first = em.new_zeros(width)
     first[:size] = start
-    pointers = torch.empty(steps, batch, width, dtype=torch.long, device=em.device)
-    pointer_rows = pointers.unbind(0)
-    scores = em.new_empty(2, batch, width)  # two alternating buffers
-    torch.add(first, scores_in[0], out=scores[0])
-    rows, wide = scores.unbind(0), scores.unsqueeze(2).unbind(0)
-    buffer = em.new_empty(batch, width, width)
     # step[t][b, j, i] = into[j, i] + emission of j at position t + 1 (the reduced dim is last),
     # built for a chunk of positions at a time: all at once would take T B (L + 1)^2 floats
     chunk = max(1, _STEP_CHUNK_ELEMENTS // max(batch * width * width, 1))
+    if batch * width * width >= _SCORES_ONLY_ELEMENTS:
+        states, best = _viterbi_by_scores(first, into, scores_in, chunk)
+    else:
+        states, best = _viterbi_by_pointers(first, into, scores_in, chunk)
+    found = (states < size) & (best > -math.inf).unsqueeze(1)  # rows without any path: all -1
+    return torch.where(found, states, -1), best
+
+
+def _viterbi_by_pointers(first: Tensor, into: Tensor, scores_in: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
+    """Max with back-pointers at every position, followed by pointer doubling: states ``[B, T]`` of
+    the augmented chain (``into`` ``[S', S']``, ``scores_in`` ``[T + 1, B, S']``) and scores ``[B]``."""
+    steps, batch, width = scores_in.shape[0] - 1, scores_in.shape[1], scores_in.shape[2]
+    pointers = torch.empty(steps, batch, width, dtype=torch.long, device=into.device)
+    pointer_rows = pointers.unbind(0)
+    scores = into.new_empty(2, batch, width)  # two alternating buffers
+    torch.add(first, scores_in[0], out=scores[0])
+    rows, wide = scores.unbind(0), scores.unsqueeze(2).unbind(0)
+    buffer = into.new_empty(batch, width, width)
     for lo in range(0, steps, chunk):
         step = (into + scores_in[lo + 1:lo + 1 + chunk].unsqueeze(-1)).unbind(0)
         for t in range(lo, min(steps, lo + chunk)):
             torch.add(wide[t % 2], step[t - lo], out=buffer)
             torch.max(buffer, -1, out=(rows[1 - t % 2], pointer_rows[t]))
-    score = rows[steps % 2]
     # maps[t] sends a state at position t + 1 to its best predecessor at t; after doubling, the
     # state at position T (END in every row) to the state at t on the best path
     maps, span = pointers, 1
     while span < steps:
         maps = torch.cat([torch.gather(maps[:-span], 2, maps[span:]), maps[-span:]])
         span *= 2
-    states = maps[:, :, size].t()  # [B, T]
-    best = score[:, size]
-    found = (states < size) & (best > -math.inf).unsqueeze(1)  # rows without any path: all -1
-    return torch.where(found, states, -1), best
+    return maps[:, :, width - 1].t(), rows[steps % 2][:, width - 1]
+
+
+def _viterbi_by_scores(first: Tensor, into: Tensor, scores_in: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
+    """:func:`_viterbi_by_pointers` for large steps: the scan keeps only ``amax`` over the sources
+    (half the time of a max with indices on ``[B, S', S']``) and the back-pointers are recomputed
+    along the best path only, from the stored scores with the same sums (so the same ties)."""
+    steps, batch, width = scores_in.shape[0] - 1, scores_in.shape[1], scores_in.shape[2]
+    scores = into.new_empty(steps + 1, batch, width)
+    torch.add(first, scores_in[0], out=scores[0])
+    buffer = into.new_empty(batch, width, width)
+    for lo in range(0, steps, chunk):
+        step = (into + scores_in[lo + 1:lo + 1 + chunk].unsqueeze(-1)).unbind(0)
+        for t in range(lo, min(steps, lo + chunk)):
+            torch.add(scores[t].unsqueeze(1), step[t - lo], out=buffer)
+            torch.amax(buffer, -1, out=scores[t + 1])
+    state = torch.full((batch, 1), width - 1, dtype=torch.long, device=into.device)  # END at T
+    states = torch.empty(steps, batch, dtype=torch.long, device=into.device)
+    for t in range(steps - 1, -1, -1):
+        row_step = into.index_select(0, state.squeeze(1)) + scores_in[t + 1].gather(1, state)
+        state = (scores[t] + row_step).argmax(-1, keepdim=True)
+        states[t] = state.squeeze(1)
+    return states.t(), scores[steps][:, width - 1]
 
 
 def step_spread(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, num_states: int) -> float:
