@@ -3,8 +3,8 @@
 Every contender runs once per round, in rotating order, for ``--repeats`` rounds; the table gives
 medians and the ratios between contenders measured in the same rounds. Memory is the number of
 bytes autograd saves for the backward pass of the NLL (on CUDA also the peak allocated memory).
-On CPU the first-order layer runs twice: on its pure-torch path and with the optional compiled
-kernel (:mod:`neurocrf.structs.fast_kernel`), when a C compiler is there to build it.
+On CPU the first-order and precursor layers run twice: on the torch backend and on the compiled
+backend (:mod:`neurocrf.structs.engine.compiled`, the CPU default), when its kernel is built.
 ``--clock thread`` times CPU time of the calling thread instead of wall time: on a machine shared
 with other jobs it leaves out the time the process waits for a core. On glibc the script fixes
 malloc's thresholds first (``--no-pin-malloc`` to keep glibc's defaults): blocks up to 32 MiB come
@@ -28,7 +28,8 @@ from typing import Callable
 
 import torch
 
-from neurocrf.structs import LinearChainCRF, PrecursorInducedCRF, SecondOrderCRF, fast_kernel
+from neurocrf.structs import LinearChainCRF, PrecursorInducedCRF, SecondOrderCRF
+from neurocrf.structs.engine.compiled import kernel as fast_kernel
 
 CPU_SIZES = [(32, 40, 9), (32, 40, 17), (128, 40, 9), (8, 256, 9)]
 CUDA_SIZES = CPU_SIZES + [(256, 128, 17), (64, 1024, 9)]
@@ -117,10 +118,10 @@ def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.devi
     }
     if device.type == "cpu" and fast_kernel.use_compiled_kernel(True):
         for table in (nll, viterbi):  # every contender sets the kernel switch it needs
-            compiled = _with_kernel(table["neurocrf first-order"], True)
+            compiled = {_compiled(name): _with_kernel(table[name], True) for name in (FIRST, PRECURSOR)}
             for name, fn in list(table.items()):
                 table[name] = _with_kernel(fn, False)
-            table[COMPILED] = compiled
+            table.update(compiled)
         fast_kernel.use_compiled_kernel(False)
     if with_peers:
         try:
@@ -158,7 +159,12 @@ def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.devi
     return emissions, nll, viterbi
 
 
+FIRST, PRECURSOR = "neurocrf first-order", "neurocrf precursor"
 COMPILED = "neurocrf first-order compiled"
+
+
+def _compiled(name: str) -> str:
+    return f"{name} compiled"
 
 
 def pin_malloc_thresholds() -> bool:
@@ -179,10 +185,13 @@ def _with_kernel(fn: Callable, enabled: bool) -> Callable:
     return call
 
 
-def run(sizes, device: torch.device, repeats: int, with_peers: bool) -> list[dict]:
+def run(sizes, device: torch.device, repeats: int, with_peers: bool, skip: list[str] = ()) -> list[dict]:
     rows = []
     for batch, seq_len, num_tags in sizes:
         emissions, nll, viterbi = build_contenders(batch, seq_len, num_tags, device, with_peers)
+        for table in (nll, viterbi):
+            for name in [name for name in table if any(part in name for part in skip)]:
+                del table[name]
         slow = batch * seq_len * num_tags * num_tags > 2_000_000 and device.type == "cpu"
         reps = max(5, repeats // 4) if slow else repeats
 
@@ -226,7 +235,7 @@ def format_tables(rows: list[dict], header: str) -> str:
         size = "x".join(map(str, row["size"]))
         for op in ("nll", "viterbi"):
             t = row[op]
-            ours, compiled = t["neurocrf first-order"], t.get(COMPILED)
+            ours, compiled = t.get("neurocrf first-order"), t.get(COMPILED)
             pc, ts = t.get("pytorch-crf"), t.get("torch-struct")
             label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
             out.append(f"| {size} | {label} | {ms(ours)} | {ms(compiled)} | {ms(pc)} | {ms(ts)} | {ratio(ours, pc)} | "
@@ -241,10 +250,23 @@ def format_tables(rows: list[dict], header: str) -> str:
         size = "x".join(map(str, row["size"]))
         for op in ("nll", "viterbi"):
             t = row[op]
-            first, second, prec = t["neurocrf first-order"], t["neurocrf second-order"], t["neurocrf precursor"]
+            first, second, prec = (t.get(f"neurocrf {name}") for name in ("first-order", "second-order", "precursor"))
             label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
-            out.append(f"| {size} | {label} | {first:.2f} | {second:.2f} | {prec:.2f} | {second / first:.2f} | "
-                       f"{prec / first:.2f} |")
+            out.append(f"| {size} | {label} | {ms(first)} | {ms(second)} | {ms(prec)} | {ratio(second, first)} | "
+                       f"{ratio(prec, first)} |")
+    compiled_rows = [row for row in rows if _compiled(PRECURSOR) in row["nll"]]
+    if compiled_rows:
+        out.append("")
+        out.append("Precursor vs first order, both on the compiled backend:")
+        out.append("")
+        out.append("| B x T x L | op | first-order ms | precursor ms | precursor / first |")
+        out.append("|---|---|---|---|---|")
+        for row in compiled_rows:
+            for op in ("nll", "viterbi"):
+                first, prec = row[op][COMPILED], row[op][_compiled(PRECURSOR)]
+                label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
+                out.append(f"| {'x'.join(map(str, row['size']))} | {label} | {first:.2f} | {prec:.2f} | "
+                           f"{prec / first:.2f} |")
     out.append("")
     out.append("### Memory of NLL forward+backward (MiB saved by autograd for backward; CUDA: peak allocated)")
     out.append("")
@@ -275,6 +297,9 @@ def main() -> None:
                         help="wall time, or CPU time of the calling thread (CPU only)")
     parser.add_argument("--no-pin-malloc", action="store_true", help="keep glibc's dynamic malloc thresholds")
     parser.add_argument("--out", help="also write the markdown tables to this file")
+    parser.add_argument("--sizes", help="BxTxL sizes, comma-separated (default: the device's list)")
+    parser.add_argument("--skip", default="", help="leave out contenders whose name contains one of these, "
+                        "comma-separated (e.g. second-order)")
     args = parser.parse_args()
     global CLOCK
     if args.clock == "thread":
@@ -285,12 +310,14 @@ def main() -> None:
     pinned = not args.no_pin_malloc and pin_malloc_thresholds()
     device = torch.device(args.device)
     sizes = CUDA_SIZES if device.type == "cuda" else CPU_SIZES
+    if args.sizes:
+        sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
     header = (f"## CRF benchmark on {args.device} ({machine}); torch {torch.__version__}; "
               f"{args.repeats} interleaved rounds, medians of {args.clock} time; "
               f"malloc thresholds {'pinned' if pinned else 'dynamic'}")
-    rows = run(sizes, device, args.repeats, not args.no_peers)
+    rows = run(sizes, device, args.repeats, not args.no_peers, [x for x in args.skip.split(",") if x])
     text = format_tables(rows, header)
     print(text)
     if args.out:

@@ -18,10 +18,11 @@ from neurocrf.structs import (
     SecondOrderCRF,
     allowed_transitions,
     build_crf,
-    exp_scan,
-    fast_first_order,
+    engine,
 )
 from neurocrf.structs.constraints import split_tag
+from neurocrf.structs.engine.pytorch import exp_scan
+from neurocrf.structs.engine.pytorch import first_order as fast_first_order
 
 NEG_INF = float("-inf")
 IOB2_TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -141,10 +142,13 @@ CASES = [
 ]
 
 
-@pytest.fixture(autouse=True, params=["exp", "log"])
+@pytest.fixture(autouse=True, params=["compiled", "exp", "log"])
 def kernel(request, monkeypatch):
-    """Run every check on both scan kernels: the certified exp-space one (for first-order layers the
-    fast path of fast_first_order) and the log-space one."""
+    """Run every check on the compiled backend (the CPU default: first-order layers; others run on
+    torch) and on both scans of the torch backend: the certified exp-space one (for first-order
+    layers the fast path of first_order) and the log-space one."""
+    if request.param != "compiled":
+        monkeypatch.setenv(engine.ENV, "torch")
     if request.param == "log":
         monkeypatch.setattr(exp_scan, "_BLOCK_BUDGET", -1.0)
         monkeypatch.setattr(fast_first_order, "applies", lambda *args: False)

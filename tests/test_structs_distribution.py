@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from neurocrf.structs import ChainDistribution, LinearChainCRF, SecondOrderCRF, pair_emissions
-from neurocrf.structs.chain import path_score
+from neurocrf.structs.engine.chain import path_score
 from tests.test_structs_bruteforce import BIOES_TAGS, IOB2_TAGS, enumerate_row, make_layer, random_mask
 from tests.test_structs_pair_emissions import reference_scores as pair_reference_scores
 

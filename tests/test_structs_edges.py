@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from neurocrf.structs import LinearChainCRF, exp_scan
-from neurocrf.structs.chain import Chain
+from neurocrf.structs import LinearChainCRF
+from neurocrf.structs.engine.chain import Chain
+from neurocrf.structs.engine.pytorch import exp_scan
 from tests.test_structs_bruteforce import REFERENCES, all_sequences, make_layer
 
 NEG_INF = float("-inf")

@@ -1,16 +1,20 @@
-"""The fast first-order path (pure torch and the optional compiled kernel) against enumeration and
-against the general chain engine, its certificate, its fallbacks and double backward."""
+"""The fast first-order scans (the torch backend's and the compiled backend's) against enumeration
+and against the general chain engine, their certificates, their fallbacks and double backward."""
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 import torch
 
-from neurocrf.structs import LinearChainCRF, allowed_transitions, chain, exp_scan, fast_first_order, fast_kernel
-from neurocrf.structs.chain import Chain
+from neurocrf.structs import LinearChainCRF, allowed_transitions, engine
+from neurocrf.structs.engine import compiled as compiled_backend
+from neurocrf.structs.engine import pytorch as torch_backend
+from neurocrf.structs.engine.augmented import augment
+from neurocrf.structs.engine.compiled import kernel as fast_kernel
+from neurocrf.structs.engine.pytorch import exp_scan
+from neurocrf.structs.engine.pytorch import first_order as fast_first_order
 from tests import test_structs_bruteforce as bf
 
 FIRST_ORDER_CASES = [case for case in bf.CASES if case[0] == "first_order"]
@@ -20,38 +24,61 @@ ENUMERATION_CHECKS = [bf.test_log_partition, bf.test_score_and_nll, bf.test_deco
 
 
 @pytest.fixture
-def compiled():
-    """The compiled kernel on for one test (skipped where it cannot be built)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        if not fast_kernel.use_compiled_kernel(True):
-            fast_kernel.use_compiled_kernel(False)
-            pytest.skip("no C compiler: the compiled kernel is unavailable")
-    yield
-    fast_kernel.use_compiled_kernel(False)
+def compiled(monkeypatch):
+    """Every layer on the compiled backend for one test (skipped where it cannot be built)."""
+    reason = fast_kernel.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    monkeypatch.setenv(engine.ENV, "compiled")
+
+
+@pytest.fixture
+def torch_path(monkeypatch):
+    """Every layer on the torch backend for one test."""
+    monkeypatch.setenv(engine.ENV, "torch")
+
+
+@pytest.fixture
+def path(request):
+    """``"torch"`` or ``"compiled"``: the backend of the test (through the fixtures above)."""
+    request.getfixturevalue("compiled" if request.param == "compiled" else "torch_path")
+    return request.param
 
 
 @pytest.fixture
 def taken(monkeypatch):
-    """Counts the certified fast scans (log partition, gradients, marginals) and fast Viterbi calls."""
+    """Counts the certified fast scans (log partition, gradients, marginals) and fast Viterbi calls
+    of both backends."""
     counts = {"scan": 0, "viterbi": 0}
     scan, viterbi = fast_first_order.forward_backward, fast_first_order.viterbi
+    kernel_scan, kernel_viterbi = fast_kernel.fb_forward, fast_kernel.viterbi
 
     def counted_scan(*args, **kwargs):
         result = scan(*args, **kwargs)
         counts["scan"] += result is not None
         return result
 
-    def counted_viterbi(*args, **kwargs):
-        counts["viterbi"] += 1
-        return viterbi(*args, **kwargs)
+    def counted_kernel_scan(*args, **kwargs):
+        result = kernel_scan(*args, **kwargs)
+        counts["scan"] += result[2] > 0
+        return result
+
+    def counted(function):
+        def run(*args, **kwargs):
+            counts["viterbi"] += 1
+            return function(*args, **kwargs)
+        return run
 
     monkeypatch.setattr(fast_first_order, "forward_backward", counted_scan)
-    monkeypatch.setattr(fast_first_order, "viterbi", counted_viterbi)
+    monkeypatch.setattr(fast_first_order, "viterbi", counted(viterbi))
+    monkeypatch.setattr(fast_kernel, "fb_forward", counted_kernel_scan)
+    monkeypatch.setattr(fast_kernel, "viterbi", counted(kernel_viterbi))
     return counts
 
 
 def general_engine(monkeypatch) -> None:
+    """The torch backend's general scans from here on."""
+    monkeypatch.setenv(engine.ENV, "torch")
     monkeypatch.setattr(fast_first_order, "applies", lambda *args: False)
 
 
@@ -63,11 +90,9 @@ def case_setup(case):
     return crf, constraints, emissions, bf.random_mask(5, 6, generator), generator
 
 
-@pytest.mark.parametrize("path", ["torch", "compiled"])
+@pytest.mark.parametrize("path", ["torch", "compiled"], indirect=True)
 @pytest.mark.parametrize("case", FIRST_ORDER_CASES, ids=lambda c: f"{c[2]}-{'c' if c[3] else 'u'}")
-def test_fast_paths_against_enumeration(path, case, taken, request):
-    if path == "compiled":
-        request.getfixturevalue("compiled")
+def test_fast_paths_against_enumeration(path, case, taken):
     setup = case_setup(case)
     for check in ENUMERATION_CHECKS:
         check(setup)
@@ -106,10 +131,8 @@ def iob2_layer(dtype=torch.float64) -> LinearChainCRF:
     return crf
 
 
-@pytest.mark.parametrize("path", ["torch", "compiled"])
-def test_fast_paths_equal_general_engine_on_long_constrained_rows(path, monkeypatch, taken, request):
-    if path == "compiled":
-        request.getfixturevalue("compiled")
+@pytest.mark.parametrize("path", ["torch", "compiled"], indirect=True)
+def test_fast_paths_equal_general_engine_on_long_constrained_rows(path, monkeypatch, taken):
     crf = iob2_layer()
     emissions, mask, _ = random_inputs(5, 6, 70, scale=3.0)
     gold = crf.decode(emissions, mask).clamp(min=0)
@@ -120,12 +143,12 @@ def test_fast_paths_equal_general_engine_on_long_constrained_rows(path, monkeypa
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
 
 
-def test_compiled_kernel_equals_torch_path_in_float32(compiled):
+def test_compiled_kernel_equals_torch_path_in_float32(compiled, monkeypatch):
     crf = iob2_layer(torch.float32)
     emissions, mask, _ = random_inputs(5, 7, 33, scale=2.0, dtype=torch.float32, seed=5)
     tags = crf.decode(emissions, mask).clamp(min=0)
     with_kernel = layer_outputs(crf, emissions, mask, tags)
-    fast_kernel.use_compiled_kernel(False)
+    monkeypatch.setenv(engine.ENV, "torch")
     for got, expected in zip(with_kernel, layer_outputs(crf, emissions, mask, tags)):
         if got.dtype == torch.long:
             assert torch.equal(got, expected)  # same sums, same ties: the same Viterbi paths
@@ -134,7 +157,7 @@ def test_compiled_kernel_equals_torch_path_in_float32(compiled):
 
 
 @pytest.mark.parametrize("budget, interval", [(1e-9, 1), (300.0, 3), (1e9, 13101539)])
-def test_rescaling_interval_is_exact_or_falls_back(budget, interval, monkeypatch):
+def test_rescaling_interval_is_exact_or_falls_back(budget, interval, monkeypatch, torch_path):
     """Rescaling every position, every few positions, or never: certified results equal the
     log-space scan; without rescaling these rows sink about 350 nats, fail the certificate and fall
     back."""
@@ -142,8 +165,9 @@ def test_rescaling_interval_is_exact_or_falls_back(budget, interval, monkeypatch
     crf = iob2_layer()
     emissions, mask, _ = random_inputs(5, 4, 500, scale=6.0, seed=1)
     tags = crf.decode(emissions, mask).clamp(min=0)
-    graph = Chain(*crf._potentials(torch.float64), emissions, mask.sum(1))
-    scan = fast_first_order.ForwardBackward(*graph._originals, graph.lengths, graph.step_spread())
+    potentials = (*crf._potentials(torch.float64), emissions)
+    spread = torch_backend._spread(*potentials)()
+    scan = fast_first_order.ForwardBackward(*potentials, mask.sum(1), spread)
     assert scan.interval == interval
     assert scan.ok == (budget < 1e9)
     fast = layer_outputs(crf, emissions, mask, tags)
@@ -161,13 +185,11 @@ def test_certificate_rejects_values_below_float64_range():
     assert not fast_first_order._certified(torch.full((1, 1, 2), 1e200, dtype=torch.float64), 10.0)
 
 
-@pytest.mark.parametrize("path", ["torch", "compiled"])
-def test_sinking_path_is_refused_and_recomputed_exactly(path, request):
+@pytest.mark.parametrize("path", ["torch", "compiled"], indirect=True)
+def test_sinking_path_is_refused_and_recomputed_exactly(path):
     """Two separated chains (A->A, B->B): B sinks 800 nats below A, then catches up; the fast scans
     and the engine's rescaled exp-space scan must refuse (float64 would lose B), and the log-space
     scan they hand over to must give the exact answer: log(2) + 800."""
-    if path == "compiled":
-        request.getfixturevalue("compiled")
     from neurocrf.structs.constraints import Constraints
 
     allowed = torch.tensor([[True, False], [False, True]])
@@ -179,18 +201,18 @@ def test_sinking_path_is_refused_and_recomputed_exactly(path, request):
     emissions = torch.zeros(1, 80, 2, dtype=torch.float64)
     emissions[0, :40, 0] = 20.0
     emissions[0, 40:, 1] = 20.0
-    graph = Chain(*crf._potentials(torch.float64), emissions, torch.tensor([80]))
-    assert fast_first_order.forward_backward(*graph._originals, graph.lengths, graph.step_spread) is None
-    assert exp_scan.ExpScan.attempt(graph.start, graph.transitions, graph.emissions, graph.step_spread()) is None
+    potentials, lengths = (*crf._potentials(torch.float64), emissions), torch.tensor([80])
+    spread = torch_backend._spread(*potentials)
+    assert fast_first_order.forward_backward(*potentials, lengths, spread) is None
+    assert not compiled_backend.KernelForwardBackward(*potentials, lengths).ok
+    assert exp_scan.ExpScan.attempt(*augment(*potentials, lengths), spread()) is None
     torch.testing.assert_close(crf.log_partition(emissions), torch.tensor([800.0 + math.log(2.0)], dtype=torch.float64))
     torch.testing.assert_close(crf.marginals(emissions)[0, :, 1], torch.full((80,), 0.5, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("path", ["torch", "compiled"])
-def test_double_backward_goes_through_the_general_engine(path, monkeypatch, request):
+@pytest.mark.parametrize("path", ["torch", "compiled"], indirect=True)
+def test_double_backward_goes_through_the_general_engine(path, monkeypatch):
     """create_graph=True: second derivatives are those of the general engine's log partition."""
-    if path == "compiled":
-        request.getfixturevalue("compiled")
     crf = iob2_layer()
     emissions, mask, _ = random_inputs(5, 3, 7, scale=1.0, seed=2)
     direction = torch.randn_like(emissions)
@@ -207,21 +229,23 @@ def test_double_backward_goes_through_the_general_engine(path, monkeypatch, requ
         torch.testing.assert_close(got, expected)
 
 
-def test_compiled_kernel_falls_back_cleanly_without_a_compiler(monkeypatch, tmp_path):
+def test_without_a_compiler_auto_runs_torch_and_compiled_says_why(monkeypatch, tmp_path):
+    """No compiler and no library built at install: "auto" computes on the torch backend without a
+    word, backend="compiled" raises and names the missing compiler."""
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(fast_kernel, "_library", None)
     monkeypatch.setattr(fast_kernel, "_failed", None)
-    try:
-        with pytest.warns(RuntimeWarning, match="compiled CRF kernel is unavailable"):
-            assert not fast_kernel.use_compiled_kernel(True)
-        crf = iob2_layer()
-        emissions, mask, _ = random_inputs(5, 3, 9, scale=1.0)
-        tags = crf.decode(emissions, mask).clamp(min=0)
-        assert torch.isfinite(crf(emissions, tags, mask)).all()
-        assert crf.decode(emissions, mask).shape == mask.shape
-    finally:
-        fast_kernel.use_compiled_kernel(False)
+    monkeypatch.setattr(fast_kernel, "__file__", str(tmp_path / "kernel.py"))  # no library built at install
+    monkeypatch.delenv(engine.ENV, raising=False)
+    assert "no-such-compiler" in fast_kernel.unavailable()
+    crf = iob2_layer()
+    emissions, mask, _ = random_inputs(5, 3, 9, scale=1.0)
+    tags = crf.decode(emissions, mask).clamp(min=0)
+    assert torch.isfinite(crf(emissions, tags, mask)).all()
+    crf.backend = "compiled"
+    with pytest.raises(engine.BackendError, match="compiled.*no-such-compiler"):
+        crf(emissions, tags, mask)
 
 
 def test_step_spread_matches_its_definition():
@@ -240,18 +264,16 @@ def test_compiled_gold_score_rejects_out_of_range_states(compiled):
     emissions = torch.randn(2, 4, 3)
     lengths = torch.tensor([4, 2])
     states = torch.tensor([[0, 1, 2, 1], [2, 0, 7, 7]])  # past row 1's length: ignored
-    expected = chain.path_score(start, moves, end, emissions, states.clamp(max=2), lengths)
-    torch.testing.assert_close(fast_first_order.path_score(start, moves, end, emissions, states, lengths), expected)
+    expected = torch_backend.path_score(start, moves, end, emissions, states.clamp(max=2), lengths)
+    torch.testing.assert_close(compiled_backend.path_score(start, moves, end, emissions, states, lengths), expected)
     states[1, 1] = 3
     with pytest.raises(IndexError, match="outside"):
-        fast_first_order.path_score(start, moves, end, emissions, states, lengths)
+        compiled_backend.path_score(start, moves, end, emissions, states, lengths)
 
 
-@pytest.mark.parametrize("path", ["torch", "compiled"])
-def test_row_without_a_path_decodes_to_minus_one(path, request):
+@pytest.mark.parametrize("path", ["torch", "compiled"], indirect=True)
+def test_row_without_a_path_decodes_to_minus_one(path):
     """IOB2 forbids I-A after O: a row whose emissions allow only O then I-A has no path."""
-    if path == "compiled":
-        request.getfixturevalue("compiled")
     crf = iob2_layer()
     emissions = torch.randn(2, 4, 5, dtype=torch.float64)
     emissions[1] = -math.inf
@@ -267,7 +289,8 @@ def test_pair_scan_is_exact_or_falls_back(budget, max_log, certified, monkeypatc
     """Second order (fast_pairs): log Z, every gradient and the marginals equal the log-space scan
     whether the pair scan rescales every position or every few; a scan whose values leave the
     certified range (narrowed here to exp(+-5), never rescaled) hands over to the general engine."""
-    from neurocrf.structs import SecondOrderCRF, fast_pairs
+    from neurocrf.structs import SecondOrderCRF
+    from neurocrf.structs.engine.pytorch import pairs as fast_pairs
 
     monkeypatch.setattr(fast_first_order, "_SCALE_BUDGET", budget)
     monkeypatch.setattr(fast_pairs, "_MAX_LOG", max_log)
@@ -290,7 +313,8 @@ def test_pair_scan_is_exact_or_falls_back(budget, max_log, certified, monkeypatc
 
 def test_pair_viterbi_equals_general_engine(monkeypatch):
     """fast_pairs.viterbi (back-pointers recomputed along the path) = the general engine's paths."""
-    from neurocrf.structs import SecondOrderCRF, fast_pairs
+    from neurocrf.structs import SecondOrderCRF
+    from neurocrf.structs.engine.pytorch import pairs as fast_pairs
 
     tags = ["O", "B-A", "I-A", "B-B", "I-B"]
     crf = SecondOrderCRF(len(tags), allowed_transitions(tags, "IOB2"))

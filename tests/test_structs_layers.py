@@ -11,11 +11,13 @@ from neurocrf.structs import (
     SecondOrderCRF,
     allowed_transitions,
     build_crf,
-    chain,
-    exp_scan,
-    fast_first_order,
+    engine,
 )
-from neurocrf.structs.chain import Chain
+from neurocrf.structs.engine import pytorch as torch_backend
+from neurocrf.structs.engine.augmented import augment
+from neurocrf.structs.engine.chain import Chain
+from neurocrf.structs.engine.pytorch import exp_scan
+from neurocrf.structs.engine.pytorch import first_order as fast_first_order
 
 IOB2_TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
@@ -24,8 +26,12 @@ def layers(tags=IOB2_TAGS):
     return [build_crf(kind, tags, "IOB2") for kind in ("first_order", "second_order", "precursor")]
 
 
-@pytest.fixture(params=["exp", "log"])
+@pytest.fixture(params=["compiled", "exp", "log"])
 def kernel(request, monkeypatch):
+    """The compiled backend (the CPU default), the torch backend's certified exp-space scans, and
+    its log-space scan."""
+    if request.param != "compiled":
+        monkeypatch.setenv(engine.ENV, "torch")
     if request.param == "log":
         monkeypatch.setattr(exp_scan, "_BLOCK_BUDGET", -1.0)
         monkeypatch.setattr(fast_first_order, "applies", lambda *args: False)
@@ -298,15 +304,16 @@ def test_the_chain_engine_chooses_the_scan(monkeypatch):
                   torch.randn(4, dtype=torch.float64))
     emissions, lengths = torch.randn(3, 9, 4, dtype=torch.float64), torch.tensor([9, 4, 0])
     chains = {scan: Chain(*potentials, emissions, lengths, scan=scan) for scan in ("sequential", "parallel", "auto")}
-    assert [chains[s].uses_parallel_scan() for s in ("sequential", "parallel", "auto")] == [False, True, False]
-    pairs = Chain(torch.zeros(3, 3), torch.zeros(3, 3, 3), torch.zeros(3, 3), torch.randn(2, 5, 3, 3),
-                  torch.tensor([5, 2]), scan="parallel")
-    assert not pairs.uses_parallel_scan()
+    assert [torch_backend.uses_parallel_scan(potentials[0], emissions, s, 512)
+            for s in ("sequential", "parallel", "auto")] == [False, True, False]
+    assert not torch_backend.uses_parallel_scan(torch.zeros(3, 3), torch.randn(2, 5, 3, 3), "parallel", 512)
+    assert [chains[s].backend_for("log_partition")[0] for s in ("sequential", "parallel")] == ["torch", "torch"]
     calls = []
-    real = chain.parallel_log_partition
-    monkeypatch.setattr(chain, "parallel_log_partition", lambda *args: calls.append(1) or real(*args))
+    real = torch_backend.parallel_log_partition
+    monkeypatch.setattr(torch_backend, "parallel_log_partition", lambda *args: calls.append(1) or real(*args))
     torch.testing.assert_close(chains["parallel"].log_partition(), chains["sequential"].log_partition())
     torch.testing.assert_close(chains["parallel"].marginals(), chains["sequential"].marginals())
+    torch.testing.assert_close(chains["auto"].log_partition(), chains["sequential"].log_partition())
     assert len(calls) == 2
     with pytest.raises(ValueError, match="scan must be"):
         Chain(*potentials, emissions, lengths, scan="tree")
@@ -370,7 +377,9 @@ def test_blocked_exp_scan_equals_log_scan_on_long_rows(monkeypatch, budget):
 
 def assert_exp_scan_equals_log_scan(monkeypatch, crf, emissions, mask, budget: float) -> None:
     """Log Z, every gradient and the marginals: exp-space kernel at ``budget`` = log-space kernel
-    (the general chain engine: the first-order fast path, tested in test_structs_fast.py, is off)."""
+    (the torch backend's general chain engine: the first-order fast path, tested in
+    test_structs_fast.py, is off)."""
+    monkeypatch.setenv(engine.ENV, "torch")
     monkeypatch.setattr(fast_first_order, "applies", lambda *args: False)
     gold = crf.decode(emissions, mask).clamp(min=0)
     results = {}
@@ -387,8 +396,8 @@ def assert_exp_scan_equals_log_scan(monkeypatch, crf, emissions, mask, budget: f
 
 def test_exp_scan_block_size_follows_spread(monkeypatch):
     monkeypatch.setattr(exp_scan, "_BLOCKED_DEVICES", {"cpu", "cuda"})
-    chain_ = Chain(torch.zeros(4), torch.zeros(4, 4), torch.zeros(4), torch.randn(2, 40, 4), torch.tensor([40, 3]))
-    scan = exp_scan.ExpScan(chain_.start, chain_.transitions, chain_.emissions, 20.0)
+    augmented = augment(torch.zeros(4), torch.zeros(4, 4), torch.zeros(4), torch.randn(2, 40, 4), torch.tensor([40, 3]))
+    scan = exp_scan.ExpScan(*augmented, 20.0)
     assert scan.block == 15
-    assert exp_scan.ExpScan(chain_.start, chain_.transitions, chain_.emissions, 250.0).block == 1
-    assert exp_scan.ExpScan.attempt(chain_.start, chain_.transitions, chain_.emissions, 301.0) is None
+    assert exp_scan.ExpScan(*augmented, 250.0).block == 1
+    assert exp_scan.ExpScan.attempt(*augmented, 301.0) is None

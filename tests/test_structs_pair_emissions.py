@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from neurocrf.structs import LinearChainCRF, SecondOrderCRF, build_crf, exp_scan, pair_emissions
+from neurocrf.structs import LinearChainCRF, SecondOrderCRF, build_crf, pair_emissions
+from neurocrf.structs.engine.pytorch import exp_scan
 from tests.test_structs_bruteforce import (  # noqa: F401  (kernel: every test on both scan kernels)
     BIOES_TAGS,
     IOB2_TAGS,

@@ -15,8 +15,8 @@ import torch
 from torch import Tensor, nn
 
 from neurocrf.structs import CRF_KINDS, ChainCRF, build_crf
-from neurocrf.structs.search import SEARCH_DTYPE
-from neurocrf.structs.semiring import NEG_INF, top_first
+from neurocrf.structs.engine import SEARCH_DTYPE
+from neurocrf.structs.engine.semiring import NEG_INF, top_first
 
 HEAD_KINDS = ("softmax", *CRF_KINDS)
 _HEAD_KEYS = ("kind", "constrained", "dropout", "reduction")
@@ -118,7 +118,7 @@ class SoftmaxHead(nn.Module):
         """``k`` best paths ``[B, k, T]`` (-1 padding) and their float64 log-probabilities
         ``[B, k]``, non-increasing (``-inf`` where fewer than ``k`` paths exist). The first path is
         :meth:`decode`'s; the beam runs in float64, in which long sentences keep their order
-        (see :data:`~neurocrf.structs.chain.SEARCH_DTYPE`)."""
+        (see :data:`~neurocrf.structs.engine.SEARCH_DTYPE`)."""
         log_probs = emissions.to(SEARCH_DTYPE).log_softmax(-1)  # [B, T, L]
         batch, length, num_tags = log_probs.shape
         # A padded position keeps every beam unchanged: label 0 with log-probability 0.

@@ -1,4 +1,10 @@
-"""CRF layers and the chain dynamic programs under them (pure torch)."""
+"""CRF layers over tag sequences, and the chain engine under them.
+
+Layers, constraints, the distribution object and the exportable decoder live here; the engine
+(:mod:`neurocrf.structs.engine`: the backend chooser and the torch, compiled and triton backends)
+sits below them, and the layers reach it only through
+:class:`~neurocrf.structs.engine.chain.Chain`.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ def build_crf(kind: str, tags: list[str], scheme: str | None, constrained: bool 
         scheme: the tag scheme (needed for constraints and for the precursor layer).
         constrained: forbid transitions that are invalid in ``scheme``.
         options: passed to the layer (``memory``, ``state_bias``, ``outside`` for the precursor
-            layer; ``scan``, ``parallel_threshold`` for all).
+            layer; ``backend``, ``scan``, ``parallel_threshold`` for all).
     """
     if kind == "precursor":
         if scheme is None:

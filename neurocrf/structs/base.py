@@ -14,11 +14,11 @@ from typing import Callable, TypeVar
 import torch
 from torch import Tensor, nn
 
-from neurocrf.structs.chain import PARALLEL_THRESHOLD, Chain, check_scan, path_score
 from neurocrf.structs.distribution import ChainDistribution
+from neurocrf.structs.engine import PARALLEL_THRESHOLD, SEARCH_DTYPE, check_backend, check_scan
+from neurocrf.structs.engine.chain import Chain, path_score
+from neurocrf.structs.engine.semiring import NEG_INF
 from neurocrf.structs.export import ViterbiDecoder, refuse_capture
-from neurocrf.structs.search import SEARCH_DTYPE
-from neurocrf.structs.semiring import NEG_INF
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
 F = TypeVar("F", bound=Callable)
@@ -47,7 +47,7 @@ def _float_math(method: F) -> F:
 
 
 class ChainCRF(nn.Module):
-    """Base class: a CRF over tags whose exact inference runs on :mod:`neurocrf.structs.chain`.
+    """Base class: a CRF over tags whose exact inference runs on :mod:`neurocrf.structs.engine.chain`.
 
     Every method takes ``emissions`` ``[batch, seq_len, num_tags]``; layers with
     ``accepts_pair_emissions`` (the first-order CRF) also take pair emissions ``[batch, seq_len,
@@ -58,22 +58,40 @@ class ChainCRF(nn.Module):
         num_tags: number of tags ``L``.
         scan: ``"sequential"``, ``"parallel"`` (log-depth matrix products; first-order state spaces)
             or ``"auto"`` (parallel on CUDA for sequences of at least ``parallel_threshold``): how
-            the log partition and the marginals are computed (:class:`~neurocrf.structs.chain.Chain`
-            decides; read at every call, so it may be changed on a built layer).
+            the torch backend computes the log partition and the marginals; anything but ``"auto"``
+            asks for the torch backend. Read at every call, so it may be changed on a built layer.
         parallel_threshold: sequence length from which ``"auto"`` uses the parallel scan.
+        backend: the engine that computes every quantity: ``"auto"`` (triton for CUDA tensors
+            when installed, the compiled kernel for CPU tensors when built, torch otherwise),
+            ``"torch"``, ``"compiled"`` or ``"triton"`` (see :mod:`neurocrf.structs.engine`). An
+            attribute too, read at every call. The environment variable ``NEUROCRF_CRF_BACKEND``
+            replaces ``"auto"`` for a whole run; a name given here wins over it. A backend asked
+            for by name that cannot compute a quantity raises
+            :class:`~neurocrf.structs.engine.BackendError` saying why.
     """
 
     state_labels: Tensor  # [num_states] tag of each flat state
     # whether the layer takes pair emissions [B, T, L + 1, L] (observation-dependent transitions)
     accepts_pair_emissions = False
 
-    def __init__(self, num_tags: int, scan: str = "auto", parallel_threshold: int = PARALLEL_THRESHOLD) -> None:
+    def __init__(self, num_tags: int, scan: str = "auto", parallel_threshold: int = PARALLEL_THRESHOLD,
+                 backend: str = "auto") -> None:
         super().__init__()
         if num_tags < 1:
             raise ValueError(f"num_tags must be positive, got {num_tags}")
         self.num_tags = num_tags
         self.scan = check_scan(scan)
         self.parallel_threshold = parallel_threshold
+        self.backend = backend
+
+    @property
+    def backend(self) -> str:
+        """The backend this layer asks for (see the class docstring)."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, name: str) -> None:
+        self._backend = check_backend(name)
 
     # --- what a layer defines -------------------------------------------------------------------
     def _potentials(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
@@ -192,9 +210,11 @@ class ChainCRF(nn.Module):
             compact, transitions = self._split_pair_emissions(compact, transitions)
         return mask, order, lengths, width, compact, (start, transitions, end)
 
-    def _chain(self, potentials: tuple[Tensor, Tensor, Tensor], state_emissions: Tensor, lengths: Tensor) -> Chain:
-        """The compacted chain, with this layer's scan options."""
-        return Chain(*potentials, state_emissions, lengths, scan=self.scan, parallel_threshold=self.parallel_threshold)
+    def _chain(self, potentials: tuple[Tensor, Tensor, Tensor], state_emissions: Tensor, lengths: Tensor,
+               backend: str | None = None) -> Chain:
+        """The compacted chain, with this layer's backend (or ``backend``) and scan options."""
+        return Chain(*potentials, state_emissions, lengths, backend=backend or self.backend, scan=self.scan,
+                     parallel_threshold=self.parallel_threshold)
 
     def _state_to_tag(self, states: Tensor) -> Tensor:
         return torch.where(states >= 0, self.state_labels[states.clamp(min=0)], states)
@@ -219,7 +239,7 @@ class ChainCRF(nn.Module):
         if tags.dtype == torch.bool:
             raise ValueError("score needs tag ids [batch, seq_len], not a set of allowed tags")
         states = self._gold_states(self._gather_positions(tags, order, width))
-        return path_score(*potentials, self._state_emissions(compact), states, lengths)
+        return path_score(*potentials, self._state_emissions(compact), states, lengths, self.backend)
 
     @_float_math
     def forward(
@@ -252,7 +272,7 @@ class ChainCRF(nn.Module):
             numerator = self._chain(potentials, clamped, lengths).log_partition()
         else:
             states = self._gold_states(self._gather_positions(tags, order, width))
-            numerator = path_score(*potentials, state_emissions, states, lengths)
+            numerator = path_score(*potentials, state_emissions, states, lengths, self.backend)
         # no valid path: log Z = numerator = -inf; the where also keeps NaN out of the gradients
         nll = torch.where(torch.isneginf(log_z), torch.full_like(log_z, float("inf")), log_z - numerator)
         if reduction == "none":
@@ -319,7 +339,7 @@ class ChainCRF(nn.Module):
     @_float_math
     def decode(self, emissions: Tensor, mask: Tensor | None = None) -> Tensor:
         """Viterbi tags ``[batch, seq_len]`` (-1 at masked positions), found in float64 whatever
-        the emissions' dtype (see :data:`~neurocrf.structs.chain.SEARCH_DTYPE`)."""
+        the emissions' dtype (see :data:`~neurocrf.structs.engine.SEARCH_DTYPE`)."""
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask, SEARCH_DTYPE)
         with torch.no_grad():
             states, _ = self._chain(potentials, self._state_emissions(compact), lengths).viterbi()
@@ -330,7 +350,7 @@ class ChainCRF(nn.Module):
         """The ``k`` most probable tag sequences, best first: the first is :meth:`decode`'s path.
 
         Computed in float64 whatever the emissions' dtype: on long sentences float32 path scores
-        are too coarse to order the paths (see :data:`~neurocrf.structs.chain.SEARCH_DTYPE`).
+        are too coarse to order the paths (see :data:`~neurocrf.structs.engine.SEARCH_DTYPE`).
 
         Returns:
             tags ``[batch, k, seq_len]`` (-1 at masked positions and for missing paths) and their
@@ -370,7 +390,8 @@ class ChainCRF(nn.Module):
         graph_needed = torch.is_grad_enabled() and any(x.requires_grad for x in (state_emissions, *potentials))
         if graph_needed:
             leaf = state_emissions if state_emissions.requires_grad else state_emissions.detach().requires_grad_()
-            log_z = self._chain(potentials, leaf, lengths).log_partition()
+            # derivatives of the marginals are second derivatives: the torch backend's (see engine.chain)
+            log_z = self._chain(potentials, leaf, lengths, backend="torch").log_partition()
             (state_marg,) = torch.autograd.grad(log_z.sum(), leaf, create_graph=True)
         else:
             with torch.no_grad():

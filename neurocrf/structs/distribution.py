@@ -13,7 +13,7 @@ state paths of positive probability and tag paths are in bijection: sums over st
 
 Entropy and divergences come from expected scores: ``H(p) = log Z_p - E_p[score_p]`` and
 ``H(p, q) = log Z_q - E_p[score_q]``, with the expectations taken from p's node and edge marginals.
-Everything runs in float64 on :mod:`neurocrf.structs.log_scan`, whose gradients of every order are
+Everything runs in float64 on :mod:`neurocrf.structs.engine.pytorch.log_scan`, whose gradients of every order are
 exact whatever the layer's ``scan``; the k best paths come from the chain engine. For the training
 loss alone, the layer's ``forward`` (its fast scan with a hand-written backward) is cheaper.
 """
@@ -22,18 +22,15 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from neurocrf.structs import log_scan
-from neurocrf.structs.augmented import augment, state_map
-from neurocrf.structs.chain import Chain, path_score
-from neurocrf.structs.semiring import NEG_INF
-
-if TYPE_CHECKING:
-    from neurocrf.structs.base import ChainCRF
+from neurocrf.structs.engine.augmented import augment, state_map
+from neurocrf.structs.engine.chain import Chain, path_score
+from neurocrf.structs.engine.pytorch import log_scan
+from neurocrf.structs.engine.semiring import NEG_INF
 
 F = TypeVar("F", bound=Callable)
 T = TypeVar("T")
@@ -87,7 +84,7 @@ class ChainDistribution:
     True
     """
 
-    def __init__(self, crf: "ChainCRF", emissions: Tensor, mask: Tensor | None = None) -> None:
+    def __init__(self, crf: nn.Module, emissions: Tensor, mask: Tensor | None = None) -> None:
         mask, order, lengths, width, compact, potentials = crf._prepare(emissions, mask)
         self.crf = crf
         self.mask = mask
@@ -141,7 +138,7 @@ class ChainDistribution:
         if moves.dim() > start.dim() + 1:  # per-position transitions belong to their rows
             moves = moves[rows]
         emissions = self._state_emissions[rows].to(torch.float64)
-        return path_score(start, moves, end, emissions, states, self.lengths[rows])
+        return path_score(start, moves, end, emissions, states, self.lengths[rows], self.crf.backend)
 
     def _normalised(self, scores: Tensor, rows: Tensor) -> Tensor:
         """Path scores ``[R]`` of rows ``rows`` -> log-probabilities in the compute dtype."""
@@ -321,7 +318,8 @@ class ChainDistribution:
             return (torch.zeros(0, k, self.seq_len, dtype=torch.long, device=self.mask.device),
                     self._state_emissions.new_zeros(0, k))
         with torch.no_grad():
-            states, best = Chain(*self._potentials, self._state_emissions, self.lengths).kbest(k)
+            graph = Chain(*self._potentials, self._state_emissions, self.lengths, backend=self.crf.backend)
+            states, best = graph.kbest(k)
         found = torch.isfinite(best)  # [B, k]
         rows = torch.arange(batch, device=states.device).repeat_interleave(k)
         scores = self._path_scores(states.clamp(min=0).reshape(batch * k, self._width), rows).view(batch, k)

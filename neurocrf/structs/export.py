@@ -28,16 +28,13 @@ True
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
 
-from neurocrf.structs.search import SEARCH_DTYPE
-from neurocrf.structs.semiring import NEG_INF
-
-if TYPE_CHECKING:
-    from neurocrf.structs.base import ChainCRF
+from neurocrf.structs.engine import SEARCH_DTYPE
+from neurocrf.structs.engine.semiring import NEG_INF
 
 MAX_BATCH = 1 << 20
 MAX_SEQ_LEN = 1 << 20
@@ -113,7 +110,7 @@ class ViterbiDecoder(nn.Module):
         mask: ``[batch, seq_len]`` bool (None: every position).
     """
 
-    def __init__(self, crf: ChainCRF) -> None:
+    def __init__(self, crf: nn.Module) -> None:
         super().__init__()
         self.crf = crf
 
@@ -169,7 +166,7 @@ def _viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor,
 
     Args:
         start, end: ``[*S]``; transitions ``[*S, C]`` or per position ``[B, T, *S, C]`` (see
-            :mod:`neurocrf.structs.chain`); emissions ``[B, T, *S]``; lengths ``[B]``.
+            :mod:`neurocrf.structs.engine.chain`); emissions ``[B, T, *S]``; lengths ``[B]``.
 
     Returns:
         flat states ``[B, T]`` (valid before each row's length) and ``[B]`` whether a row has a

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from neurocrf.structs.base import ChainCRF
 from neurocrf.structs.constraints import Constraints
-from neurocrf.structs.semiring import NEG_INF
+from neurocrf.structs.engine.semiring import NEG_INF
 
 
 def _masked(param: Tensor, allowed: Tensor | None, dtype: torch.dtype) -> Tensor:
@@ -45,7 +45,7 @@ class LinearChainCRF(ChainCRF):
         num_tags: number of tags ``L``.
         constraints: optional :class:`~neurocrf.structs.constraints.Constraints`; forbidden starts,
             transitions and ends score ``-inf`` in every method.
-        scan, parallel_threshold: see :class:`~neurocrf.structs.base.ChainCRF`.
+        scan, parallel_threshold, backend: see :class:`~neurocrf.structs.base.ChainCRF`.
 
     >>> crf = LinearChainCRF(3)
     >>> emissions = torch.randn(2, 4, 3)
@@ -56,8 +56,8 @@ class LinearChainCRF(ChainCRF):
     accepts_pair_emissions = True
 
     def __init__(self, num_tags: int, constraints: Constraints | None = None, scan: str = "auto",
-                 parallel_threshold: int = 512) -> None:
-        super().__init__(num_tags, scan=scan, parallel_threshold=parallel_threshold)
+                 parallel_threshold: int = 512, backend: str = "auto") -> None:
+        super().__init__(num_tags, scan=scan, parallel_threshold=parallel_threshold, backend=backend)
         self.start_transitions = nn.Parameter(torch.empty(num_tags))
         self.transitions = nn.Parameter(torch.empty(num_tags, num_tags))
         self.end_transitions = nn.Parameter(torch.empty(num_tags))

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from neurocrf.structs.base import ChainCRF
 from neurocrf.structs.constraints import OUTSIDE, allowed_transitions, split_tag
-from neurocrf.structs.semiring import NEG_INF
+from neurocrf.structs.engine.semiring import NEG_INF
 
 
 class PrecursorInducedCRF(ChainCRF):
@@ -41,6 +41,7 @@ class PrecursorInducedCRF(ChainCRF):
         memory: ``"type"`` or ``"tag"`` (see the module docstring).
         state_bias: add a learned bias to the emission of each O state.
         constrained: forbid transitions that are invalid in ``scheme``.
+        scan, parallel_threshold, backend: see :class:`~neurocrf.structs.base.ChainCRF`.
 
     >>> crf = PrecursorInducedCRF(["O", "B-PER", "I-PER", "B-ORG", "I-ORG"], "IOB2")
     >>> crf.num_states()
@@ -49,8 +50,8 @@ class PrecursorInducedCRF(ChainCRF):
 
     def __init__(self, tags: list[str], scheme: str = "IOB2", outside: str = OUTSIDE, memory: str = "type",
                  state_bias: bool = False, constrained: bool = True, scan: str = "auto",
-                 parallel_threshold: int = 512) -> None:
-        super().__init__(len(tags), scan=scan, parallel_threshold=parallel_threshold)
+                 parallel_threshold: int = 512, backend: str = "auto") -> None:
+        super().__init__(len(tags), scan=scan, parallel_threshold=parallel_threshold, backend=backend)
         if outside not in tags:
             raise ValueError(f"the outside label {outside!r} is not in the tag list {tags}")
         if memory not in {"type", "tag"}:

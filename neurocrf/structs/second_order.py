@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from neurocrf.structs.base import ChainCRF
 from neurocrf.structs.constraints import Constraints
-from neurocrf.structs.semiring import NEG_INF
+from neurocrf.structs.engine.semiring import NEG_INF
 
 
 class SecondOrderCRF(ChainCRF):
@@ -27,6 +27,8 @@ class SecondOrderCRF(ChainCRF):
         constraints: optional first-order :class:`Constraints` (start, pair transitions, end); they
             apply to every adjacent pair of the sequence.
         scan: only sequential scans apply to the pair state space.
+        parallel_threshold, backend: see :class:`~neurocrf.structs.base.ChainCRF` (the compiled
+            backend does not take pair states).
 
     >>> crf = SecondOrderCRF(3)
     >>> crf.log_partition(torch.randn(2, 5, 3)).shape
@@ -34,8 +36,8 @@ class SecondOrderCRF(ChainCRF):
     """
 
     def __init__(self, num_tags: int, constraints: Constraints | None = None, scan: str = "auto",
-                 parallel_threshold: int = 512) -> None:
-        super().__init__(num_tags, scan=scan, parallel_threshold=parallel_threshold)
+                 parallel_threshold: int = 512, backend: str = "auto") -> None:
+        super().__init__(num_tags, scan=scan, parallel_threshold=parallel_threshold, backend=backend)
         n = num_tags
         self.start_transitions = nn.Parameter(torch.empty(n))
         self.start_pair_transitions = nn.Parameter(torch.empty(n, n))

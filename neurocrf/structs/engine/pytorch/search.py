@@ -2,13 +2,13 @@
 
 Both compare whole path scores, which on a long sentence reach magnitudes where float32 numbers are
 far apart (1e-3 at 1e4): paths that differ in a position or two would tie or swap. The chain engine
-therefore always runs them in :data:`SEARCH_DTYPE` (float64), where sums of float32 scores are
+therefore always runs them in :data:`~neurocrf.structs.engine.SEARCH_DTYPE` (float64), where sums of float32 scores are
 exact for any practical length, so the Viterbi path is the first of the k best.
 
-Inputs are the augmented, time-major potentials of :func:`~neurocrf.structs.augmented.augment`:
+Inputs are the augmented, time-major potentials of :func:`~neurocrf.structs.engine.augmented.augment`:
 ``start [*S']``, ``moves [*S', C']`` (or per position ``[T + 1, B, *S', C']``), ``emissions
 [T + 1, B, *S']`` with ``S' = (C',) * order``; outputs are flat augmented states of positions
-``0 .. T - 1`` (:class:`~neurocrf.structs.chain.Chain` maps them back to the original states).
+``0 .. T - 1`` (the backend maps them back to the original states).
 Time O(T |S'| C') per row (k best: O(T |S'| C' k log(C' k))).
 """
 
@@ -17,11 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from neurocrf.structs.augmented import moves_into
-from neurocrf.structs.semiring import NEG_INF, KMaxSemiring, top_first
-
-SEARCH_DTYPE = torch.float64
-"""dtype of the max and k-max scans, whatever the potentials' dtype (see the module docstring)."""
+from neurocrf.structs.engine.augmented import moves_into
+from neurocrf.structs.engine.semiring import NEG_INF, KMaxSemiring, top_first
 
 
 def _previous(source: Tensor, state: Tensor, width: int, order: int) -> Tensor:

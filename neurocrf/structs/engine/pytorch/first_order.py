@@ -2,30 +2,31 @@
 
 At CRF-sized problems (tens of positions, a few dozen rows, ten to twenty tags) a scan step does a
 few thousand multiply-adds, so time goes to dispatching tensor operations, not to arithmetic. This
-module takes :class:`~neurocrf.structs.chain.Chain`'s place for first-order chains with one
-transition matrix on CPU tensors when it can certify the result, and spends as few operations per
-position as possible:
+module is the torch backend's scan for first-order chains with one transition matrix on CPU
+tensors when it can certify the result, and spends as few operations per position as possible:
 
 * the forward and backward scans are two operations per position (``mm`` with the exponentiated
   transitions, ``mul`` by the exponentiated emissions, taken once for all positions), with the
-  absorbing END state of :mod:`~neurocrf.structs.chain` so that rows of any length run the same
-  steps;
+  absorbing END state of :mod:`~neurocrf.structs.engine.augmented` so that rows of any length run
+  the same steps;
 * they rescale only every ``K`` positions, and a check after the scan certifies that no value
   underflowed or overflowed (see :func:`_certified`); otherwise the caller's general path runs;
+* a value that shrinks out of that range (the precursor CRF's "no entity yet" O state, which only
+  its own self-loop enters, on every long sentence) is dropped at a rescaling, and the backward
+  pass bounds the relative error of ``Z`` it could have caused (:data:`DROPPED_ERROR`);
 * node marginals are normalised per position by ``sum_s alpha_t(s) beta_t(s)``, edge marginals by
   the same sums, so no log-scale bookkeeping is needed for the gradient;
 * the gold-path score is one autograd node (:func:`path_score`);
 * Viterbi runs two operations per position (add, max with indices) and follows the back-pointers
   by pointer doubling (``log2 T`` gathers instead of ``T``).
 
-The optional compiled kernel (:mod:`~neurocrf.structs.fast_kernel`) replaces the loops when the user
-turns it on and a C compiler is available.
+The compiled backend (:mod:`~neurocrf.structs.engine.compiled`) runs the same scans in C.
 
 >>> import torch
 >>> from neurocrf.structs import LinearChainCRF
->>> crf = LinearChainCRF(3)
+>>> crf = LinearChainCRF(3, backend="torch")
 >>> emissions, tags = torch.randn(2, 5, 3), torch.zeros(2, 5, dtype=torch.long)
->>> crf(emissions, tags).shape  # the NLL runs through this module
+>>> crf(emissions, tags).shape  # on CPU the torch backend's NLL runs through this module
 torch.Size([])
 """
 
@@ -37,18 +38,22 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from neurocrf.structs import fast_kernel
-
 # Largest step spread (nats) this path accepts; see _certified for why 200 keeps a margin.
 _SPREAD_LIMIT = 200.0
 _SCALE_BUDGET = 200.0  # nats one unrescaled stretch of positions may move the values
 _MAX_LOG = 300.0  # stored row maxima must lie in [exp(-300), exp(300)]
 _RELATIVE_LOG = 400.0  # nonzero stored values must be >= row max * exp(-(400 - spread))
 _TINY = math.exp(-700.0)  # a normal float64 number with a margin above the smallest one
+_STEP_CHUNK_ELEMENTS = 1 << 16  # Viterbi step scores built at once (512 KiB of float64: cache-sized)
+_SCORES_ONLY_ELEMENTS = 1 << 15  # from this B (L + 1)^2, Viterbi recomputes pointers along the path
+_DROP_MARGIN = 100.0  # a value dropped is at most exp(-100) of its row's largest
+DROPPED_ERROR = 2.0 ** -60
+"""Largest relative error of ``Z`` that values dropped from a forward scan may cause (a bound the
+backward pass computes); below float64's rounding of the result."""
 
 
 def applies(order: int, per_position: bool, batch: int, seq_len: int, device: torch.device) -> bool:
-    """Whether a fast path may be tried: first-order or pair states (:mod:`~neurocrf.structs.fast_pairs`),
+    """Whether a fast path may be tried: first-order or pair states (:mod:`~neurocrf.structs.engine.pytorch.pairs`),
     shared transitions, a nonempty batch, CPU tensors (on CUDA the general engine's blocked scan
     launches fewer, larger kernels)."""
     return order in (1, 2) and not per_position and batch > 0 and seq_len > 0 and device.type == "cpu"
@@ -82,7 +87,7 @@ class ForwardBackward:
         start, transitions, end: ``[S]``, ``[S, S]``, ``[S]`` scores (any float dtype).
         emissions: ``[B, T, S]`` compacted emissions.
         lengths: ``[B]`` valid positions per row.
-        step_spread: :meth:`Chain.step_spread` of these potentials.
+        step_spread: :func:`step_spread` of these potentials.
 
     After construction ``ok`` says whether the forward scan is certified; ``log_z`` is ``[B]``.
     """
@@ -115,7 +120,13 @@ class ForwardBackward:
         rows[0][:, size] = 1.0
         rows[0].mul_(weights[0])
         log_scale = em.new_zeros(batch)
-        interval = self.interval
+        interval = min(self.interval, steps)
+        # a value below drop_bound at a rescaling could leave the certified range (see _certified)
+        # before the next one: it is dropped, and the backward pass bounds what it could have
+        # carried into Z (no dropping where that would leave less than _DROP_MARGIN nats)
+        margin = _RELATIVE_LOG - (interval + 1) * step_spread
+        drop_bound = math.exp(-margin) if margin >= _DROP_MARGIN else 0.0
+        self.dropped: list[tuple[int, Tensor]] = []
         for t in range(1, steps + 1):
             torch.mm(rows[t - 1], moves, out=rows[t])
             rows[t].mul_(weights[t])
@@ -123,10 +134,14 @@ class ForwardBackward:
                 peak = rows[t].amax(-1, keepdim=True)
                 rows[t].div_(peak)
                 log_scale += torch.log(peak.squeeze(-1))
+                small = (rows[t] > 0) & (rows[t] < drop_bound)
+                if bool(small.any()):
+                    self.dropped.append((t, torch.where(small, rows[t], 0.0)))
+                    rows[t].masked_fill_(small, 0.0)
         self.alphas = alphas
-        self.ok = _certified(alphas, step_spread)
-        self.log_z = torch.log(alphas[steps, :, size]) + log_scale + self.log_shift
         self.betas: Tensor | None = None
+        self.log_z = torch.log(alphas[steps, :, size]) + log_scale + self.log_shift
+        self.ok = _certified(alphas, step_spread) and (not self.dropped or self.backward_ok())
 
     def backward_ok(self) -> bool:
         """Run the backward scan; False if it cannot be certified."""
@@ -152,6 +167,11 @@ class ForwardBackward:
                 # sums[t] = sum_s alpha_t(s) beta_t(s): Z times the rescalings of both scans up to t
                 self.sums = (self.alphas * betas).sum(-1)  # [T + 1, B]
                 self._backward_ok = bool((self.sums >= math.exp(-2 * _MAX_LOG)).all())
+            if self._backward_ok and self.dropped:
+                # relative error of Z: each dropped value times its state's backward score, over
+                # sum_s alpha beta at its position (both rescaled alike)
+                error = sum((value * betas[t]).sum(-1) / self.sums[t] for t, value in self.dropped)
+                self._backward_ok = bool((error <= DROPPED_ERROR).all())
         return self._backward_ok
 
     def node_marginals(self) -> Tensor | None:
@@ -193,53 +213,21 @@ def divided(weight: Tensor, divisors: list[tuple[int, Tensor]]) -> Tensor:
     return weight / divisor
 
 
-class KernelForwardBackward:
-    """:class:`ForwardBackward`'s interface on the compiled kernel (:mod:`~neurocrf.structs.fast_kernel`),
-    rescaled at every position and certified as it runs (no step spread needed)."""
-
-    def __init__(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor) -> None:
-        f64 = torch.float64
-        self.emissions = emissions.detach().to(f64).contiguous()
-        shift = self.emissions.amax(-1, keepdim=True)
-        self.probs = (self.emissions - shift).exp_()
-        self.shift = shift.squeeze(-1)
-        self.moves, self.end = transitions.detach().to(f64).contiguous(), end.detach().to(f64).contiguous()
-        self.lengths = lengths.to(torch.long).contiguous()
-        self.log_z, self.alphas, self.ok = fast_kernel.fb_forward(
-            start.detach().to(f64).contiguous(), self.moves, self.end, self.emissions, self.probs, self.shift,
-            self.lengths, _TINY)
-
-    def gradients(self, grad_log_z: Tensor, need_moves: bool
-                  ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor] | None:
-        *grads, ok = fast_kernel.fb_backward(self.moves, self.end, self.emissions, self.probs, self.shift,
-                                             self.lengths, self.alphas, grad_log_z.to(torch.float64).contiguous(),
-                                             _TINY, math.exp(-2 * _MAX_LOG))
-        return tuple(grads) if ok else None
-
-    def node_marginals(self) -> Tensor | None:
-        grads = self.gradients(self.log_z.new_ones(self.log_z.shape), False)
-        return None if grads is None else grads[3]
-
-
 def forward_backward(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
-                     step_spread: Callable[[], float]) -> ForwardBackward | KernelForwardBackward | None:
-    """The certified forward scan, compiled when the kernel is on (CPU tensors), else pure torch;
-    None when it cannot be certified. ``step_spread()`` (:meth:`Chain.step_spread`) is called only
-    by the pure-torch scan."""
+                     step_spread: Callable[[], float]) -> ForwardBackward | None:
+    """The certified forward scan, or None when it cannot be certified; ``step_spread()`` gives
+    :func:`step_spread` of these potentials."""
     with torch.no_grad():
-        if fast_kernel.available(emissions):
-            scan = KernelForwardBackward(start, transitions, end, emissions, lengths)
-        else:
-            spread = step_spread()
-            if not spread <= _SPREAD_LIMIT:  # also NaN
-                return None
-            scan = ForwardBackward(start, transitions, end, emissions, lengths, spread)
+        spread = step_spread()
+        if not spread <= _SPREAD_LIMIT:  # also NaN
+            return None
+        scan = ForwardBackward(start, transitions, end, emissions, lengths, spread)
     return scan if scan.ok else None
 
 
 class FastLogPartition(torch.autograd.Function):
     """log Z from a certified scan (:class:`ForwardBackward`, :class:`KernelForwardBackward` or
-    :class:`~neurocrf.structs.fast_pairs.PairForwardBackward`), with its forward-backward gradient.
+    :class:`~neurocrf.structs.engine.pytorch.pairs.PairForwardBackward`), with its forward-backward gradient.
 
     Double backward (``create_graph=True``) recomputes the gradient through ``fallback``, the
     general chain's differentiable log partition, so second derivatives are whatever that path
@@ -290,12 +278,11 @@ def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, 
     """Best path of a first-order chain: states ``[B, T]`` (-1 past each length), scores ``[B]``.
 
     Max-plus scan with the absorbing END state, two operations per position (the sums are those of
-    :meth:`Chain.viterbi`, so are the ties); the back-pointers are followed by pointer doubling,
-    ``log2 T`` batched gathers instead of ``T`` small ones.
+    the compiled kernel and the exported decoder, ``score + (transition + emission)``, so are the
+    ties); the back-pointers are followed by pointer doubling, ``log2 T`` batched gathers instead
+    of ``T`` small ones, or, for large steps, recomputed along the best path only. Memory
+    O(B T L) whatever the length: the step scores of a chunk of positions at a time.
     """
-    if fast_kernel.available(emissions):
-        return fast_kernel.viterbi(*(x.contiguous() for x in (start, transitions, end, emissions)),
-                                   lengths.to(torch.long).contiguous())
     batch, steps, size = emissions.shape
     width = size + 1
     em = emissions.transpose(0, 1)  # [T, B, S]
@@ -311,32 +298,66 @@ def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, 
     into[size, size] = 0.0
     first = em.new_zeros(width)
     first[:size] = start
-    # step[t][b, j, i] = into[j, i] + emission of j at position t + 1 (the reduced dim is last)
-    step = (into + scores_in[1:].unsqueeze(-1)).unbind(0)
-    pointers = torch.empty(steps, batch, width, dtype=torch.long, device=em.device)
+    # step[t][b, j, i] = into[j, i] + emission of j at position t + 1 (the reduced dim is last),
+    # built for a chunk of positions at a time: all at once would take T B (L + 1)^2 floats
+    chunk = max(1, _STEP_CHUNK_ELEMENTS // max(batch * width * width, 1))
+    if batch * width * width >= _SCORES_ONLY_ELEMENTS:
+        states, best = _viterbi_by_scores(first, into, scores_in, chunk)
+    else:
+        states, best = _viterbi_by_pointers(first, into, scores_in, chunk)
+    found = (states < size) & (best > -math.inf).unsqueeze(1)  # rows without any path: all -1
+    return torch.where(found, states, -1), best
+
+
+def _viterbi_by_pointers(first: Tensor, into: Tensor, scores_in: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
+    """Max with back-pointers at every position, followed by pointer doubling: states ``[B, T]`` of
+    the augmented chain (``into`` ``[S', S']``, ``scores_in`` ``[T + 1, B, S']``) and scores ``[B]``."""
+    steps, batch, width = scores_in.shape[0] - 1, scores_in.shape[1], scores_in.shape[2]
+    pointers = torch.empty(steps, batch, width, dtype=torch.long, device=into.device)
     pointer_rows = pointers.unbind(0)
-    scores = em.new_empty(2, batch, width)  # two alternating buffers
+    scores = into.new_empty(2, batch, width)  # two alternating buffers
     torch.add(first, scores_in[0], out=scores[0])
     rows, wide = scores.unbind(0), scores.unsqueeze(2).unbind(0)
-    buffer = em.new_empty(batch, width, width)
-    for t in range(steps):
-        torch.add(wide[t % 2], step[t], out=buffer)
-        torch.max(buffer, -1, out=(rows[1 - t % 2], pointer_rows[t]))
-    score = rows[steps % 2]
+    buffer = into.new_empty(batch, width, width)
+    for lo in range(0, steps, chunk):
+        step = (into + scores_in[lo + 1:lo + 1 + chunk].unsqueeze(-1)).unbind(0)
+        for t in range(lo, min(steps, lo + chunk)):
+            torch.add(wide[t % 2], step[t - lo], out=buffer)
+            torch.max(buffer, -1, out=(rows[1 - t % 2], pointer_rows[t]))
     # maps[t] sends a state at position t + 1 to its best predecessor at t; after doubling, the
     # state at position T (END in every row) to the state at t on the best path
     maps, span = pointers, 1
     while span < steps:
         maps = torch.cat([torch.gather(maps[:-span], 2, maps[span:]), maps[-span:]])
         span *= 2
-    states = maps[:, :, size].t()  # [B, T]
-    best = score[:, size]
-    found = (states < size) & (best > -math.inf).unsqueeze(1)  # rows without any path: all -1
-    return torch.where(found, states, -1), best
+    return maps[:, :, width - 1].t(), rows[steps % 2][:, width - 1]
+
+
+def _viterbi_by_scores(first: Tensor, into: Tensor, scores_in: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
+    """:func:`_viterbi_by_pointers` for large steps: the scan keeps only ``amax`` over the sources
+    (half the time of a max with indices on ``[B, S', S']``) and the back-pointers are recomputed
+    along the best path only, from the stored scores with the same sums (so the same ties)."""
+    steps, batch, width = scores_in.shape[0] - 1, scores_in.shape[1], scores_in.shape[2]
+    scores = into.new_empty(steps + 1, batch, width)
+    torch.add(first, scores_in[0], out=scores[0])
+    buffer = into.new_empty(batch, width, width)
+    for lo in range(0, steps, chunk):
+        step = (into + scores_in[lo + 1:lo + 1 + chunk].unsqueeze(-1)).unbind(0)
+        for t in range(lo, min(steps, lo + chunk)):
+            torch.add(scores[t].unsqueeze(1), step[t - lo], out=buffer)
+            torch.amax(buffer, -1, out=scores[t + 1])
+    state = torch.full((batch, 1), width - 1, dtype=torch.long, device=into.device)  # END at T
+    states = torch.empty(steps, batch, dtype=torch.long, device=into.device)
+    for t in range(steps - 1, -1, -1):
+        row_step = into.index_select(0, state.squeeze(1)) + scores_in[t + 1].gather(1, state)
+        state = (scores[t] + row_step).argmax(-1, keepdim=True)
+        states[t] = state.squeeze(1)
+    return states.t(), scores[steps][:, width - 1]
 
 
 def step_spread(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, num_states: int) -> float:
-    """:meth:`Chain.step_spread` with one device synchronisation: ``2 * emission spread + score
+    """Upper bound (nats) on how far one scan step can move any state relative to the best one,
+    with one device synchronisation: ``2 * emission spread + score
     range (0 included) + log(num_states + 1)``; ``-inf`` entries do not count, ``+inf`` or NaN give
     a non-finite result."""
     with torch.no_grad():
@@ -362,14 +383,6 @@ class _GoldScore(torch.autograd.Function):
     @staticmethod
     def forward(ctx, start, transitions, end, emissions, states, lengths):  # type: ignore[override]
         batch, steps, size = emissions.shape
-        if fast_kernel.available(emissions) and emissions.dtype in (torch.float32, torch.float64):
-            states, lengths = states.contiguous(), lengths.to(torch.long).contiguous()
-            ctx.kernel = True
-            ctx.save_for_backward(states, lengths)
-            ctx.shapes = size
-            return fast_kernel.gold_score(*(x.contiguous() for x in (start, transitions, end, emissions)), states,
-                                          lengths)
-        ctx.kernel = False
         active = torch.arange(steps, device=states.device) < lengths.unsqueeze(1)  # [B, T]
         has_any = lengths > 0
         last = states.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
@@ -384,10 +397,6 @@ class _GoldScore(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        if ctx.kernel:
-            states, lengths = ctx.saved_tensors
-            grads = fast_kernel.gold_backward(states, lengths, grad.contiguous(), ctx.shapes)
-            return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None, None)
         states, active, has_any, last, pairs = ctx.saved_tensors
         start_shape, moves_shape, end_shape, em_shape = ctx.shapes
         need = ctx.needs_input_grad
@@ -411,5 +420,5 @@ def path_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tenso
                lengths: Tensor) -> Tensor:
     """``[B]`` score of the state paths ``states [B, T]`` (entries past each length ignored) of a
     first-order chain with shared transitions ``[S, S]``; same value as
-    :func:`~neurocrf.structs.chain.path_score`."""
+    :func:`~neurocrf.structs.engine.chain.path_score`."""
     return _GoldScore.apply(start, transitions, end, emissions, states, lengths)

@@ -2,17 +2,17 @@
 
 A pair state ``(a, r)`` moves to ``(r, c)``, so one scan step is a batched matrix product over
 ``r``: ``alpha'[b, r, c] = sum_a alpha[b, a, r] W[a, r, c] * E[b, r, c]``. The general engine
-(:class:`~neurocrf.structs.exp_scan.ExpScan`) rescales and permutes at every position; this module
+(:class:`~neurocrf.structs.engine.pytorch.exp_scan.ExpScan`) rescales and permutes at every position; this module
 keeps every step at two operations on CPU (a ``bmm`` batched over the shared component, with the
 rows as the last dimension so that no operand or output needs a copy, and an in-place ``mul`` by
 the exponentiated emissions), rescales only every ``K`` positions, and certifies the
-result afterwards with :func:`~neurocrf.structs.fast_first_order._certified`'s rule (row maxima
+result afterwards with :func:`~neurocrf.structs.engine.pytorch.first_order._certified`'s rule (row maxima
 within ``exp(+-300)``, nonzero values at least ``exp(-(400 - spread))`` of them, so every product
 of a finite score stays above ``exp(-700)``); otherwise the general engine runs. Edge marginals
 summed over positions and rows are one batched product.
 
 Inputs are the chain's augmented, time-major potentials (absorbing END component, see
-:mod:`~neurocrf.structs.chain`): ``start [S', S']``, ``moves [S', S', S']``, ``emissions
+:mod:`~neurocrf.structs.engine.augmented`): ``start [S', S']``, ``moves [S', S', S']``, ``emissions
 [T + 1, B, S', S']``.
 """
 
@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from neurocrf.structs.fast_first_order import (
+from neurocrf.structs.engine.pytorch.first_order import (
     _MAX_LOG,
     _RELATIVE_LOG,
     _SPREAD_LIMIT,
@@ -35,7 +35,7 @@ from neurocrf.structs.fast_first_order import (
 
 
 def _certified(values: Tensor, step_spread: float) -> bool:
-    """The rule of :func:`~neurocrf.structs.fast_first_order._certified` on ``[T + 1, X, Y, B]``
+    """The rule of :func:`~neurocrf.structs.engine.pytorch.first_order._certified` on ``[T + 1, X, Y, B]``
     values (per position and row, over the pair states)."""
     high = values.amax((1, 2))
     low = torch.where(values > 0, values, math.inf).amin((1, 2))

@@ -5,10 +5,10 @@ A chain scan repeatedly combines the scores of the previous position with the tr
 semiring decides what "plus" is:
 
 - :class:`LogSemiring` (``logsumexp``): log partition function; its gradient gives the marginals.
-  The log-space scans (:mod:`~neurocrf.structs.log_scan`), the parallel scan and the differentiable
+  The log-space scans (:mod:`~neurocrf.structs.engine.pytorch.log_scan`), the parallel scan and the differentiable
   scans use it wherever a reduction must stay differentiable to any order.
 - :class:`KMaxSemiring` (top-k over a flattened ``(previous state, rank)`` axis): the k best
-  paths (:mod:`~neurocrf.structs.search`). Ties keep the lower index first, as ``max`` does, so
+  paths (:mod:`~neurocrf.structs.engine.pytorch.search`). Ties keep the lower index first, as ``max`` does, so
   rank 0 follows exactly the Viterbi path.
 
 The max semiring (Viterbi) is ``Tensor.max`` itself, and the hot sequential loops of the fast

@@ -1,13 +1,13 @@
 """Log-space forward-backward over augmented chains, and an exact sampler.
 
 The forward and backward scores come in two forms. ``differentiable=True`` builds them from
-:meth:`~neurocrf.structs.semiring.LogSemiring.plus`, so autograd differentiates them to any order:
+:meth:`~neurocrf.structs.engine.semiring.LogSemiring.plus`, so autograd differentiates them to any order:
 node and edge marginals, entropies and divergences built on them have exact gradients and exact
 second derivatives. ``differentiable=False`` runs ``torch.logsumexp`` into one preallocated buffer:
 faster and without a graph, for the hand-written backward pass of
-:mod:`~neurocrf.structs.log_partition` and the window partition functions of
-:class:`~neurocrf.structs.chain.Chain`. They run on the augmented, time-major potentials of
-:func:`~neurocrf.structs.augmented.augment` (an absorbing END value on every component), so every
+:mod:`~neurocrf.structs.engine.pytorch.log_partition` and the window partition functions of
+the torch backend (:mod:`neurocrf.structs.engine.pytorch`). They run on the augmented, time-major potentials of
+:func:`~neurocrf.structs.engine.augmented.augment` (an absorbing END value on every component), so every
 row takes the same number of steps and needs no masking.
 
 Shapes: ``start`` ``[*S']``, ``moves`` ``[*S', C']`` (or per position ``[T + 1, B, *S', C']``),
@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from neurocrf.structs.augmented import moves_into
-from neurocrf.structs.semiring import NEG_INF, LogSemiring
+from neurocrf.structs.engine.augmented import moves_into
+from neurocrf.structs.engine.semiring import NEG_INF, LogSemiring
 
 
 def forward_scores(start: Tensor, moves: Tensor, emissions: Tensor, differentiable: bool = True) -> Tensor:

@@ -1,6 +1,6 @@
 """Chains with an absorbing END value: the potentials every scan of the engine runs on.
 
-:class:`~neurocrf.structs.chain.Chain` takes *compacted* inputs (each row's valid positions first,
+The engine (:class:`~neurocrf.structs.engine.chain.Chain`) takes *compacted* inputs (each row's valid positions first,
 ``lengths`` says how many) over a state space of shape ``S = (C,) * n``. To run every row over the
 same number of steps with no per-step masking, :func:`augment` adds an absorbing END value to every
 component (``S' = (C + 1,) * n``): a row moves to END after its last position (paying the end score)
@@ -20,7 +20,7 @@ import functools
 import torch
 from torch import Tensor
 
-from neurocrf.structs.semiring import NEG_INF
+from neurocrf.structs.engine.semiring import NEG_INF
 
 
 def augment(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
