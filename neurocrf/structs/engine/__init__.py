@@ -1,0 +1,1 @@
+"""The chain engine: exact inference over chains of states, with one module per backend."""
