@@ -29,8 +29,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-NEG_INF = float("-inf")
-BIG_KEY = 1 << 30
+NEG_INF = tl.constexpr(float("-inf"))
+BIG_KEY = tl.constexpr(1 << 30)
 
 
 @triton.jit
@@ -76,6 +76,25 @@ def _layout(C, NB, BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr):
     return a, m, c, src, src_ok, dst, dst_ok
 
 
+# Reductions through tl.reduce with triton's own combine functions, not tl.max / tl.sum: those are
+# @triton.jit functions decorated when triton is imported, so an interpreted kernel could not call
+# them unless TRITON_INTERPRET was set before that import; the interpreter runs these combine
+# functions natively (numpy) whatever the import order.
+@triton.jit
+def _max(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, tl.standard._elementwise_max)
+
+
+@triton.jit
+def _min(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, tl.standard._elementwise_min)
+
+
+@triton.jit
+def _sum(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, tl.standard._sum_combine)
+
+
 @triton.jit
 def _finite_or_zero(x):
     return tl.where(x == NEG_INF, 0.0, x)
@@ -90,7 +109,7 @@ def _both(mask, flag):
 
 @triton.jit
 def _max2(x):
-    return tl.max(tl.max(x, 1), 0)
+    return _max(_max(x, 1), 0)
 
 
 @triton.jit
@@ -125,8 +144,8 @@ def forward_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, alp
         if PER_POSITION:
             moves = tl.load(moves_ptr + (row * T + t) * N * C + w_off, mask=w_ok, other=NEG_INF).to(dtype)
         s = prev[:, :, None] + moves
-        peak = _finite_or_zero(tl.max(s, 0))
-        total = tl.sum(tl.exp(s - peak[None, :, :]), 0)
+        peak = _finite_or_zero(_max(s, 0))
+        total = _sum(tl.exp(s - peak[None, :, :]), 0)
         e = tl.load(em_row + t * s_et + em_off, mask=dst_ok, other=NEG_INF).to(dtype)
         e_max = _finite_or_zero(_max2(e))
         x = peak + tl.log(total) + (e - e_max)
@@ -138,7 +157,7 @@ def forward_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, alp
             tl.store(scale_ptr + row * T + t, scale)
     z = x + tl.load(end_ptr + dst, mask=dst_ok, other=NEG_INF).to(dtype)
     z_max = _finite_or_zero(_max2(z))
-    log_z = scale + (z_max + tl.log(tl.sum(tl.sum(tl.exp(z - z_max), 1), 0))).to(tl.float64)
+    log_z = scale + (z_max + tl.log(_sum(_sum(tl.exp(z - z_max), 1), 0))).to(tl.float64)
     tl.store(logz_ptr + row, tl.where(n > 0, log_z, 0.0))
 
 
@@ -181,7 +200,7 @@ def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alp
     tl.store(d_end_ptr + row * N + dst, node, mask=dst_ok)
     tl.store(d_em_ptr + (row * T + last) * N + dst, node, mask=_both(dst_ok, live))
     moves = tl.load(moves_ptr + w_off, mask=w_ok, other=NEG_INF).to(dtype)
-    total = tl.zeros((BA, BB, BC), dtype=tl.float64)
+    total = tl.full((BA, BB, BC), 0, tl.float64)
     for i in range(1, steps):
         t = steps - i
         prev_scale = tl.load(scale_ptr + row * T + t - 1)
@@ -198,8 +217,8 @@ def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alp
                 tl.store(d_moves_ptr + (row * T + t) * N * C + w_off, edge, mask=w_ok)
             else:
                 total += edge.to(tl.float64)
-        peak = _finite_or_zero(tl.max(s, 2))
-        back = _to_dest(peak + tl.log(tl.sum(tl.exp(s - peak[:, :, None]), 2)), BB, BC, ORDER)
+        peak = _finite_or_zero(_max(s, 2))
+        back = _to_dest(peak + tl.log(_sum(tl.exp(s - peak[:, :, None]), 2)), BB, BC, ORDER)
         b_max = _max2(back)
         b = back - _finite_or_zero(b_max)
         beta_scale = beta_scale + shift + b_max.to(tl.float64)
@@ -250,11 +269,11 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
         cand = prev[:, :, None, :] + moves[:, :, :, None]  # [BA, BB, BC, BK]
         taken = invalid | (cand != cand)
         best = tl.full((BB, BC, BK), NEG_INF, tl.float64)
-        pointer = tl.zeros((BB, BC, BK), dtype=tl.int32)
+        pointer = tl.full((BB, BC, BK), 0, tl.int32)
         for j in range(0, K):
-            top = tl.max(tl.max(tl.where(taken, NEG_INF, cand), 3), 0)  # [BB, BC]
+            top = _max(_max(tl.where(taken, NEG_INF, cand), 3), 0)  # [BB, BC]
             hit = (~taken) & (cand == top[None, :, :, None])
-            pick = tl.min(tl.min(tl.where(hit, key, BIG_KEY), 3), 0)
+            pick = _min(_min(tl.where(hit, key, BIG_KEY), 3), 0)
             taken = taken | (key == pick[None, :, :, None])
             best = tl.where(r[None, None, :] == j, top[:, :, None], best)
             pointer = tl.where(r[None, None, :] == j, pick[:, :, None], pointer)
@@ -268,12 +287,12 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
     final_key = m[None, :, None] * (C * K) + a[:, None, None] * K + r[None, None, :]
     taken = ~(src_ok[:, :, None] & (r[None, None, :] < K)) | (final != final)
     best = tl.full((BK,), NEG_INF, tl.float64)
-    state = tl.zeros((BK,), dtype=tl.int64)
-    rank = tl.zeros((BK,), dtype=tl.int64)
+    state = tl.full((BK,), 0, tl.int64)
+    rank = tl.full((BK,), 0, tl.int64)
     for j in range(0, K):
-        top = tl.max(tl.max(tl.max(tl.where(taken, NEG_INF, final), 2), 1), 0)
+        top = _max(_max(_max(tl.where(taken, NEG_INF, final), 2), 1), 0)
         hit = (~taken) & (final == top)
-        pick = tl.min(tl.min(tl.min(tl.where(hit, final_key, BIG_KEY), 2), 1), 0)
+        pick = _min(_min(_min(tl.where(hit, final_key, BIG_KEY), 2), 1), 0)
         taken = taken | (final_key == pick)
         best = tl.where(r == j, top, best)
         state = tl.where(r == j, ((pick % (C * K)) // K) * NB + pick // (C * K), state)
