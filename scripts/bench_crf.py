@@ -14,6 +14,7 @@ hundred KB then pay page faults on every call (measured: neurocrf's pure-torch f
 32x40x17 took 2.4x its time alone, pytorch-crf's 1.1x).
 
     python scripts/bench_crf.py --threads 1 --out docs/bench_crf_cpu.md
+    python scripts/bench_crf.py --device cuda --backends torch,triton   # one column per backend
 """
 
 from __future__ import annotations
@@ -96,26 +97,52 @@ def time_interleaved(contenders: dict[str, Callable[[], None]], repeats: int, de
     return {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
 
-def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.device, with_peers: bool):
+def layer_name(kind: str, backend: str | None) -> str:
+    """Contender name of a neurocrf layer (``kind``: first-order, second-order, precursor)."""
+    return f"neurocrf {kind}" + (f" [{backend}]" if backend else "")
+
+
+def make_layers(num_tags: int, device: torch.device, backends: list[str] | None) -> dict[str, torch.nn.Module]:
+    """The three layers once per backend (``None``: the layers' default, built as before ``backend=``
+    existed); every backend's layer shares the first one's parameters, so all compute the same."""
+    layers: dict[str, torch.nn.Module] = {}
+    for backend in backends or [None]:
+        options = {} if backend is None else {"backend": backend}
+        try:
+            built = {
+                "first-order": LinearChainCRF(num_tags, **options),
+                "second-order": SecondOrderCRF(num_tags, **options),
+                "precursor": PrecursorInducedCRF(iob2_tags(num_tags), "IOB2", constrained=False, **options),
+            }
+        except TypeError as error:
+            raise SystemExit(f"--backends {backend}: these CRF layers take no backend= argument ({error})") from error
+        for kind, layer in built.items():
+            if backend is not None and getattr(layer, "backend", backend) != backend:
+                raise SystemExit(f"--backends {backend}: {type(layer).__name__}.backend is {layer.backend!r}")
+            first = layers.get(layer_name(kind, backends[0] if backends else None))
+            if first is not None:
+                layer.load_state_dict(first.state_dict())
+            layers[layer_name(kind, backend)] = layer.to(device)
+    return layers
+
+
+def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.device, with_peers: bool,
+                     backends: list[str] | None = None):
     torch.manual_seed(0)
     emissions = torch.randn(batch, seq_len, num_tags, device=device, requires_grad=True)
     tags = torch.randint(num_tags, (batch, seq_len), device=device)
     lengths = torch.randint(seq_len // 2, seq_len + 1, (batch,), device=device)
     lengths[0] = seq_len
     mask = torch.arange(seq_len, device=device) < lengths[:, None]
-    ours = LinearChainCRF(num_tags).to(device)
-    layers = {
-        "neurocrf first-order": ours,
-        "neurocrf second-order": SecondOrderCRF(num_tags).to(device),
-        "neurocrf precursor": PrecursorInducedCRF(iob2_tags(num_tags), "IOB2", constrained=False).to(device),
-    }
+    layers = make_layers(num_tags, device, backends)
+    ours = layers[layer_name("first-order", backends[0] if backends else None)]
     nll: dict[str, Callable[[], torch.Tensor]] = {
         name: (lambda layer=layer: layer(emissions, tags, mask)) for name, layer in layers.items()
     }
     viterbi: dict[str, Callable[[], object]] = {
         name: (lambda layer=layer: layer.decode(emissions.detach(), mask)) for name, layer in layers.items()
     }
-    if device.type == "cpu" and fast_kernel.use_compiled_kernel(True):
+    if backends is None and device.type == "cpu" and fast_kernel.use_compiled_kernel(True):
         for table in (nll, viterbi):  # every contender sets the kernel switch it needs
             compiled = _with_kernel(table["neurocrf first-order"], True)
             for name, fn in list(table.items()):
@@ -179,10 +206,10 @@ def _with_kernel(fn: Callable, enabled: bool) -> Callable:
     return call
 
 
-def run(sizes, device: torch.device, repeats: int, with_peers: bool) -> list[dict]:
+def run(sizes, device: torch.device, repeats: int, with_peers: bool, backends: list[str] | None = None) -> list[dict]:
     rows = []
     for batch, seq_len, num_tags in sizes:
-        emissions, nll, viterbi = build_contenders(batch, seq_len, num_tags, device, with_peers)
+        emissions, nll, viterbi = build_contenders(batch, seq_len, num_tags, device, with_peers, backends)
         slow = batch * seq_len * num_tags * num_tags > 2_000_000 and device.type == "cpu"
         reps = max(5, repeats // 4) if slow else repeats
 
@@ -209,15 +236,23 @@ def ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None else f"{a / b:.2f}"
 
 
-def format_tables(rows: list[dict], header: str) -> str:
+def format_tables(rows: list[dict], header: str, backends: list[str] | None = None) -> str:
+    groups = backends or [None]
+    if backends:
+        variants = {layer_name("first-order", b): b for b in backends}
+    else:
+        variants = {"neurocrf first-order": "neurocrf", COMPILED: "compiled"}
+    peers = ("pytorch-crf", "torch-struct")
     out = [header, ""]
     out.append("### First order: neurocrf vs peers (median ms; ratio = neurocrf / peer, lower is better)")
     out.append("")
-    out.append("neurocrf: the pure-torch path; compiled: with the optional compiled kernel.")
+    out.append("neurocrf: the pure-torch path; compiled: with the optional compiled kernel." if not backends else
+               "one column per backend (`backend=` of the layers).")
     out.append("")
-    out.append("| B x T x L | op | neurocrf | compiled | pytorch-crf | torch-struct | neurocrf / pytorch-crf | "
-               "compiled / pytorch-crf | neurocrf / torch-struct | compiled / torch-struct |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    labels = list(variants.values())
+    ratios = [f"{label} / {peer}" for peer in peers for label in labels]
+    out.append("| B x T x L | op | " + " | ".join(labels + list(peers) + ratios) + " |")
+    out.append("|---|---|" + "---|" * (len(labels) + len(peers) + len(ratios)))
 
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
@@ -226,11 +261,10 @@ def format_tables(rows: list[dict], header: str) -> str:
         size = "x".join(map(str, row["size"]))
         for op in ("nll", "viterbi"):
             t = row[op]
-            ours, compiled = t["neurocrf first-order"], t.get(COMPILED)
-            pc, ts = t.get("pytorch-crf"), t.get("torch-struct")
             label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
-            out.append(f"| {size} | {label} | {ms(ours)} | {ms(compiled)} | {ms(pc)} | {ms(ts)} | {ratio(ours, pc)} | "
-                       f"{ratio(compiled, pc)} | {ratio(ours, ts)} | {ratio(compiled, ts)} |")
+            cells = [ms(t.get(name)) for name in variants] + [ms(t.get(peer)) for peer in peers]
+            cells += [ratio(t.get(name), t.get(peer)) for peer in peers for name in variants]
+            out.append(f"| {size} | {label} | " + " | ".join(cells) + " |")
     out.append("")
     out.append("### Second-order and precursor-induced vs neurocrf first order (ratio of median times)")
     out.append("")
@@ -241,10 +275,12 @@ def format_tables(rows: list[dict], header: str) -> str:
         size = "x".join(map(str, row["size"]))
         for op in ("nll", "viterbi"):
             t = row[op]
-            first, second, prec = t["neurocrf first-order"], t["neurocrf second-order"], t["neurocrf precursor"]
-            label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
-            out.append(f"| {size} | {label} | {first:.2f} | {second:.2f} | {prec:.2f} | {second / first:.2f} | "
-                       f"{prec / first:.2f} |")
+            for backend in groups:
+                first, second, prec = (t[layer_name(kind, backend)] for kind in ("first-order", "second-order",
+                                                                               "precursor"))
+                label = ("NLL fwd+bwd" if op == "nll" else "Viterbi") + (f" [{backend}]" if backend else "")
+                out.append(f"| {size} | {label} | {first:.2f} | {second:.2f} | {prec:.2f} | {second / first:.2f} | "
+                           f"{prec / first:.2f} |")
     out.append("")
     out.append("### Memory of NLL forward+backward (MiB saved by autograd for backward; CUDA: peak allocated)")
     out.append("")
@@ -275,7 +311,10 @@ def main() -> None:
                         help="wall time, or CPU time of the calling thread (CPU only)")
     parser.add_argument("--no-pin-malloc", action="store_true", help="keep glibc's dynamic malloc thresholds")
     parser.add_argument("--out", help="also write the markdown tables to this file")
+    parser.add_argument("--backends", help="comma-separated engine backends (torch, triton, ...): the neurocrf layers "
+                        "run once per backend (backend= of the constructor); default: the layers' default")
     args = parser.parse_args()
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
     global CLOCK
     if args.clock == "thread":
         if args.device != "cpu":
@@ -290,8 +329,8 @@ def main() -> None:
     header = (f"## CRF benchmark on {args.device} ({machine}); torch {torch.__version__}; "
               f"{args.repeats} interleaved rounds, medians of {args.clock} time; "
               f"malloc thresholds {'pinned' if pinned else 'dynamic'}")
-    rows = run(sizes, device, args.repeats, not args.no_peers)
-    text = format_tables(rows, header)
+    rows = run(sizes, device, args.repeats, not args.no_peers, backends)
+    text = format_tables(rows, header, backends)
     print(text)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:

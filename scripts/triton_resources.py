@@ -53,7 +53,8 @@ def main() -> None:
             begin = time.perf_counter()
             compiled = compile_kernel(case, arch)
             usage = resource_usage(compiled.asm["cubin"])
-            line = (f"| {case.kernel} | {case.size} | {case.order} | {case.k if case.kernel == 'search_kernel' else '-'}"
+            k = case.k if case.kernel == "search_kernel" else "-"
+            line = (f"| {case.kernel} | {case.size} | {case.order} | {k}"
                     f" | {'per position' if case.per_position else 'shared'} | {case.num_warps()} | sm_{arch}"
                     f" | {usage['registers']} | {usage['spill_bytes']} | {time.perf_counter() - begin:.1f} |")
             lines.append(line)

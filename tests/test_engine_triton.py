@@ -213,7 +213,8 @@ def test_matches_torch_engine(size, order, per_position, dtype):
     assert torch.equal(paths, ref_paths)
     assert torch.equal(scores, ref_scores)
     gold = ref_paths[:, 0].clamp(min=0)
-    torch.testing.assert_close(backend.path_score(*potentials, gold, lengths), torch_path_score(*potentials, gold, lengths))
+    torch.testing.assert_close(backend.path_score(*potentials, gold, lengths),
+                               torch_path_score(*potentials, gold, lengths))
 
 
 @pytest.mark.parametrize("order", [1, 2])

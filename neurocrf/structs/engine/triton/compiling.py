@@ -73,7 +73,8 @@ class Case:
     def __str__(self) -> str:
         extra = f" k={self.k}" if self.kernel == "search_kernel" else ""
         where = " per-position" if self.per_position else ""
-        return f"{self.kernel} C={self.size} order={self.order}{extra}{where} {self.dtype}"
+        emissions = f" ({self.emissions} emissions)" if self.emissions != self.dtype else ""
+        return f"{self.kernel} C={self.size} order={self.order}{extra}{where} {self.dtype}{emissions}"
 
 
 def compile_kernel(case: Case, arch: int):
