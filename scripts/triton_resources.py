@@ -2,8 +2,10 @@
 
 Compiles every kernel of :mod:`neurocrf.structs.engine.triton.kernels` for each target and a few
 state-space sizes (with the block sizes and warps the backend would launch) and prints a markdown
-table of registers per thread and spill (local memory) bytes, read from the cubin with
-``cuobjdump -res-usage`` from Triton's NVIDIA backend.
+table of registers per thread and spill bytes (the thread's stack frame and local arrays in local
+memory: cuobjdump's STACK + LOCAL), read from the cubin with ``cuobjdump -res-usage`` from Triton's
+NVIDIA backend. The last rows are one size past the backend's on-chip limit
+(:data:`~neurocrf.structs.engine.triton.runtime.MAX_TILE`), where the kernels would spill.
 
     python scripts/triton_resources.py                       # sm_80 and sm_90, the default sizes
     python scripts/triton_resources.py --arch 90 --sizes 9,17 --out resources.md
@@ -20,7 +22,7 @@ import triton
 from neurocrf.structs.engine.triton.compiling import KERNELS, Case, compile_kernel, resource_usage
 
 # (C, order, k): first-order tag sets, the precursor's expanded states, pair states; k for search
-DEFAULT_CASES = [(9, 1, 1), (17, 1, 1), (33, 1, 1), (9, 1, 5), (17, 1, 16), (10, 2, 1), (6, 2, 5)]
+DEFAULT_CASES = [(9, 1, 1), (17, 1, 1), (33, 1, 1), (9, 1, 5), (17, 1, 16), (10, 2, 1), (6, 2, 5), (18, 2, 1)]
 
 
 def cases(sizes: list[tuple[int, int, int]]) -> list[Case]:
@@ -45,8 +47,8 @@ def main() -> None:
         tuple(int(v) for v in (item.split(":") + ["1", "1"])[:3]) for item in args.sizes.split(",")]
     lines = [f"triton {triton.__version__}, python {platform.python_version()}, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-             "| kernel | C | order | k | transitions | warps | target | registers | spill bytes | compile s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| kernel | C | order | k | transitions | warps | target | registers | spill B | shared B | compile s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     for case in cases(sizes):
         for arch in (int(a) for a in args.arch.split(",")):
@@ -56,7 +58,8 @@ def main() -> None:
             k = case.k if case.kernel == "search_kernel" else "-"
             line = (f"| {case.kernel} | {case.size} | {case.order} | {k}"
                     f" | {'per position' if case.per_position else 'shared'} | {case.num_warps()} | sm_{arch}"
-                    f" | {usage['registers']} | {usage['spill_bytes']} | {time.perf_counter() - begin:.1f} |")
+                    f" | {usage['registers']} | {usage['spill_bytes']} | {usage['shared_bytes']}"
+                    f" | {time.perf_counter() - begin:.1f} |")
             lines.append(line)
             print(line, flush=True)
     if args.out:

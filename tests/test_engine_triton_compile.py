@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 triton = pytest.importorskip("triton")
+pytestmark = pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION is unset")  # triton 3.9's notice
 
 from neurocrf.structs.engine.triton.compiling import KERNELS, Case, compile_kernel, nvidia_tool, resource_usage  # noqa: E402
 

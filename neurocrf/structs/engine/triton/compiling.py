@@ -4,8 +4,8 @@ Triton's interpreter accepts programs that the GPU compiler refuses (globals tha
 constexpr, shapes its layouts cannot express); compiling every kernel for real targets catches
 those on any machine. :func:`compile_kernel` builds one kernel for a compute capability with the
 launch constants :mod:`.runtime` would choose; :func:`resource_usage` reads registers and spill
-(local memory) bytes from the cubin with ``cuobjdump -res-usage`` (shipped in Triton's NVIDIA
-backend).
+bytes from the cubin with ``cuobjdump -res-usage`` (shipped in Triton's NVIDIA backend): registers
+that do not fit go to the thread's stack frame in local memory (``STACK``, plus ``LOCAL`` arrays).
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def nvidia_tool(name: str) -> str | None:
 
 
 def resource_usage(cubin: bytes) -> dict[str, int]:
-    """``{"registers": .., "spill_bytes": .., "stack_bytes": .., "shared_bytes": ..}`` of a cubin
-    (cuobjdump -res-usage: REG, LOCAL, STACK, SHARED)."""
+    """``{"registers": .., "spill_bytes": .., "shared_bytes": ..}`` of a cubin (cuobjdump
+    -res-usage: REG; STACK + LOCAL, the per-thread local memory, are the spills; SHARED)."""
     tool = nvidia_tool("cuobjdump")
     if tool is None:
         raise FileNotFoundError("cuobjdump not found (Triton's backends/nvidia/bin or PATH)")
@@ -108,5 +108,6 @@ def resource_usage(cubin: bytes) -> dict[str, int]:
     fields = dict(re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", text))
     if "REG" not in fields:
         raise ValueError(f"no resource usage in cuobjdump output: {text!r}")
-    return {"registers": int(fields["REG"]), "spill_bytes": int(fields.get("LOCAL", 0)),
-            "stack_bytes": int(fields.get("STACK", 0)), "shared_bytes": int(fields.get("SHARED", 0))}
+    return {"registers": int(fields["REG"]),
+            "spill_bytes": int(fields.get("STACK", 0)) + int(fields.get("LOCAL", 0)),
+            "shared_bytes": int(fields.get("SHARED", 0))}

@@ -120,7 +120,7 @@ def forward_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, alp
     """log Z of one row; with ``STORE`` also the rescaled forward scores ``alpha [B, T, N]`` and
     the float64 log scale ``scale [B, T]`` of every position (log alpha_t = alpha_t + scale_t)."""
     row = tl.program_id(0).to(tl.int64)
-    n = tl.load(len_ptr + row).to(tl.int32)
+    n = tl.minimum(tl.maximum(tl.load(len_ptr + row).to(tl.int32), 0), T)  # lengths outside [0, T] clamped
     N = NB * C
     dtype = start_ptr.dtype.element_ty
     a, m, c, src, src_ok, dst, dst_ok = _layout(C, NB, BA, BB, BC)
@@ -173,7 +173,7 @@ def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alp
     shared transitions, per position into ``d_moves [B, T, N, C]`` (zero-initialised) otherwise.
     Rows of length 0 and rows without a path (log Z = -inf) contribute zeros."""
     row = tl.program_id(0).to(tl.int64)
-    n = tl.load(len_ptr + row).to(tl.int32)
+    n = tl.minimum(tl.maximum(tl.load(len_ptr + row).to(tl.int32), 0), T)  # lengths outside [0, T] clamped
     N = NB * C
     dtype = alpha_ptr.dtype.element_ty
     a, m, c, src, src_ok, dst, dst_ok = _layout(C, NB, BA, BB, BC)
@@ -245,7 +245,7 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
     order of the torch engine's stable sort); the last step ranks ``(state, rank)`` as the torch
     engine's two END steps do (order 2: by the pair's second tag first)."""
     row = tl.program_id(0).to(tl.int64)
-    n = tl.load(len_ptr + row).to(tl.int32)
+    n = tl.minimum(tl.maximum(tl.load(len_ptr + row).to(tl.int32), 0), T)  # lengths outside [0, T] clamped
     N = NB * C
     a, m, c, src, src_ok, dst, dst_ok = _layout(C, NB, BA, BB, BC)
     r = tl.arange(0, BK)
