@@ -139,14 +139,23 @@ def forward_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, alp
         tl.store(alpha_ptr + row * T * N + dst, x, mask=_both(dst_ok, n > 0))
         tl.store(scale_ptr + row * T, scale, mask=n > 0)
     moves = tl.load(moves_ptr + w_off, mask=w_ok, other=NEG_INF).to(dtype)
+    # the inputs of position t + 1 are loaded during step t: their memory latency hides behind it
+    e_next = tl.load(em_row + s_et + em_off, mask=_both(dst_ok, n > 1), other=NEG_INF).to(dtype)
+    moves_next = moves
+    if PER_POSITION:
+        moves_next = tl.load(moves_ptr + (row * T + 1) * N * C + w_off, mask=_both(w_ok, n > 1),
+                             other=NEG_INF).to(dtype)
     for t in range(1, n):
-        prev = _to_source(x, BA, BB, ORDER)
+        e = e_next
+        e_next = tl.load(em_row + (t + 1) * s_et + em_off, mask=_both(dst_ok, t + 1 < n), other=NEG_INF).to(dtype)
         if PER_POSITION:
-            moves = tl.load(moves_ptr + (row * T + t) * N * C + w_off, mask=w_ok, other=NEG_INF).to(dtype)
+            moves = moves_next
+            moves_next = tl.load(moves_ptr + (row * T + t + 1) * N * C + w_off, mask=_both(w_ok, t + 1 < n),
+                                 other=NEG_INF).to(dtype)
+        prev = _to_source(x, BA, BB, ORDER)
         s = prev[:, :, None] + moves
         peak = _finite_or_zero(_max(s, 0))
         total = _sum(tl.exp(s - peak[None, :, :]), 0)
-        e = tl.load(em_row + t * s_et + em_off, mask=dst_ok, other=NEG_INF).to(dtype)
         e_max = _finite_or_zero(_max2(e))
         x = peak + tl.log(total) + (e - e_max)
         shift = _max2(x)
@@ -201,11 +210,16 @@ def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alp
     tl.store(d_em_ptr + (row * T + last) * N + dst, node, mask=_both(dst_ok, live))
     moves = tl.load(moves_ptr + w_off, mask=w_ok, other=NEG_INF).to(dtype)
     total = tl.full((BA, BB, BC), 0, tl.float64)
+    # what step t needs on its critical path is loaded during step t + 1
+    e_next = tl.load(em_row + last * s_et + em_off, mask=_both(dst_ok, steps > 1), other=NEG_INF).to(tl.float64)
+    scale_next = tl.load(scale_ptr + row * T + last - 1, mask=steps > 1, other=0.0)
     for i in range(1, steps):
         t = steps - i
-        prev_scale = tl.load(scale_ptr + row * T + t - 1)
+        e = e_next
+        prev_scale = scale_next
+        e_next = tl.load(em_row + (t - 1) * s_et + em_off, mask=_both(dst_ok, t > 1), other=NEG_INF).to(tl.float64)
+        scale_next = tl.load(scale_ptr + row * T + t - 2, mask=t > 1, other=0.0)
         shift = alpha_scale - prev_scale  # what the forward scan took out of position t
-        e = tl.load(em_row + t * s_et + em_off, mask=dst_ok, other=NEG_INF).to(tl.float64)
         ahead = (e - shift).to(dtype) + b
         if PER_POSITION:
             moves = tl.load(moves_ptr + (row * T + t) * N * C + w_off, mask=w_ok, other=NEG_INF).to(dtype)
@@ -262,10 +276,20 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
     invalid = (a[:, None, None, None] >= C) | (r[None, None, None, :] >= K)
     pointer_off = dst[:, :, None] * K + r[None, None, :]
     pointer_ok = dst_ok[:, :, None] & (r[None, None, :] < K)
+    e_next = tl.load(em_row + s_et + em_off, mask=_both(dst_ok, n > 1), other=NEG_INF).to(tl.float64)
+    moves_next = moves
+    if PER_POSITION:
+        moves_next = tl.load(moves_ptr + (row * T + 1) * N * C + w_off, mask=_both(w_ok, n > 1),
+                             other=NEG_INF).to(tl.float64)
     for t in range(1, n):
-        prev = _to_source_ranked(score, BA, BB, BK, ORDER)
+        e = e_next  # loaded one step ahead, as in the forward kernel
+        e_next = tl.load(em_row + (t + 1) * s_et + em_off, mask=_both(dst_ok, t + 1 < n),
+                         other=NEG_INF).to(tl.float64)
         if PER_POSITION:
-            moves = tl.load(moves_ptr + (row * T + t) * N * C + w_off, mask=w_ok, other=NEG_INF).to(tl.float64)
+            moves = moves_next
+            moves_next = tl.load(moves_ptr + (row * T + t + 1) * N * C + w_off, mask=_both(w_ok, t + 1 < n),
+                                 other=NEG_INF).to(tl.float64)
+        prev = _to_source_ranked(score, BA, BB, BK, ORDER)
         cand = prev[:, :, None, :] + moves[:, :, :, None]  # [BA, BB, BC, BK]
         taken = invalid | (cand != cand)
         best = tl.full((BB, BC, BK), NEG_INF, tl.float64)
@@ -277,7 +301,6 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
             taken = taken | (key == pick[None, :, :, None])
             best = tl.where(r[None, None, :] == j, top[:, :, None], best)
             pointer = tl.where(r[None, None, :] == j, pick[:, :, None], pointer)
-        e = tl.load(em_row + t * s_et + em_off, mask=dst_ok, other=NEG_INF).to(tl.float64)
         score = best + e[:, :, None]
         tl.store(pointer_ptr + (row * T + t) * N * K + pointer_off, pointer, mask=pointer_ok)
 
