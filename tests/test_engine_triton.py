@@ -213,8 +213,16 @@ def test_matches_torch_engine(size, order, per_position, dtype):
     assert torch.equal(paths, ref_paths)
     assert torch.equal(scores, ref_scores)
     gold = ref_paths[:, 0].clamp(min=0)
-    torch.testing.assert_close(backend.path_score(*potentials, gold, lengths),
-                               torch_path_score(*potentials, gold, lengths))
+    path_grads = []
+    for score_fn in (backend.path_score, torch_path_score):
+        leaves = [x.detach().clone().requires_grad_(True) for x in potentials]
+        score = score_fn(*leaves, gold, lengths)
+        score.masked_fill(~torch.isfinite(score), 0).sum().backward()
+        path_grads.append((score.detach(), [x.grad for x in leaves]))
+    torch.testing.assert_close(path_grads[0][0], path_grads[1][0])
+    assert path_grads[0][0].dtype == dtype
+    for got, expected in zip(path_grads[0][1], path_grads[1][1]):
+        torch.testing.assert_close(got, expected)
 
 
 @pytest.mark.parametrize("order", [1, 2])
