@@ -53,7 +53,7 @@ class Case:
         return constants
 
     def num_warps(self) -> int:
-        return runtime.num_warps(runtime.tile_elements(self.size, self.order, self.k))
+        return runtime.num_warps(self.kernel, runtime.tile_elements(self.size, self.order, self.k))
 
     def signature(self, arg_names: list[str]) -> dict[str, str]:
         constants = self.constants()

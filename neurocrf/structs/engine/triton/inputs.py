@@ -50,10 +50,10 @@ class Inputs:
         return (self.seq_len, self.size, self.size ** (self.order - 1),
                 *runtime.emission_strides(self.emissions, self.order))
 
-    def constants(self, k: int = 1) -> dict[str, int]:
-        """Block sizes, ``PER_POSITION`` and ``num_warps`` of a launch."""
+    def constants(self, kernel: str, k: int = 1) -> dict[str, int]:
+        """Block sizes, ``PER_POSITION`` and ``num_warps`` of a launch of ``kernel``."""
         return {**runtime.blocks(self.size, self.order), "PER_POSITION": self.per_position,
-                "num_warps": runtime.num_warps(runtime.tile_elements(self.size, self.order, k))}
+                "num_warps": runtime.num_warps(kernel, runtime.tile_elements(self.size, self.order, k))}
 
 
 def compute_dtype(*tensors: Tensor) -> torch.dtype:

@@ -140,14 +140,14 @@ def forward_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, alp
         tl.store(scale_ptr + row * T, scale, mask=n > 0)
     moves = tl.load(moves_ptr + w_off, mask=w_ok, other=NEG_INF).to(dtype)
     # the inputs of position t + 1 are loaded during step t: their memory latency hides behind it
-    e_next = tl.load(em_row + s_et + em_off, mask=_both(dst_ok, n > 1), other=NEG_INF).to(dtype)
+    e_next = tl.load(em_row + s_et + em_off, mask=_both(dst_ok, n > 1), other=NEG_INF)
     moves_next = moves
     if PER_POSITION:
         moves_next = tl.load(moves_ptr + (row * T + 1) * N * C + w_off, mask=_both(w_ok, n > 1),
                              other=NEG_INF).to(dtype)
     for t in range(1, n):
-        e = e_next
-        e_next = tl.load(em_row + (t + 1) * s_et + em_off, mask=_both(dst_ok, t + 1 < n), other=NEG_INF).to(dtype)
+        e = e_next.to(dtype)
+        e_next = tl.load(em_row + (t + 1) * s_et + em_off, mask=_both(dst_ok, t + 1 < n), other=NEG_INF)
         if PER_POSITION:
             moves = moves_next
             moves_next = tl.load(moves_ptr + (row * T + t + 1) * N * C + w_off, mask=_both(w_ok, t + 1 < n),
@@ -211,13 +211,13 @@ def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alp
     moves = tl.load(moves_ptr + w_off, mask=w_ok, other=NEG_INF).to(dtype)
     total = tl.full((BA, BB, BC), 0, tl.float64)
     # what step t needs on its critical path is loaded during step t + 1
-    e_next = tl.load(em_row + last * s_et + em_off, mask=_both(dst_ok, steps > 1), other=NEG_INF).to(tl.float64)
+    e_next = tl.load(em_row + last * s_et + em_off, mask=_both(dst_ok, steps > 1), other=NEG_INF)
     scale_next = tl.load(scale_ptr + row * T + last - 1, mask=steps > 1, other=0.0)
     for i in range(1, steps):
         t = steps - i
-        e = e_next
+        e = e_next.to(tl.float64)
         prev_scale = scale_next
-        e_next = tl.load(em_row + (t - 1) * s_et + em_off, mask=_both(dst_ok, t > 1), other=NEG_INF).to(tl.float64)
+        e_next = tl.load(em_row + (t - 1) * s_et + em_off, mask=_both(dst_ok, t > 1), other=NEG_INF)
         scale_next = tl.load(scale_ptr + row * T + t - 2, mask=t > 1, other=0.0)
         shift = alpha_scale - prev_scale  # what the forward scan took out of position t
         ahead = (e - shift).to(dtype) + b
@@ -257,7 +257,10 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
 
     Candidates for each destination are ranked by score, ties by ``source tag * K + rank`` (the
     order of the torch engine's stable sort); the last step ranks ``(state, rank)`` as the torch
-    engine's two END steps do (order 2: by the pair's second tag first)."""
+    engine's two END steps do (order 2: by the pair's second tag first). A picked candidate is set
+    to ``-inf``: once only ``-inf`` candidates are left, the picks (and their back-pointers) are
+    arbitrary, which is harmless: no finite path leads through them, and missing paths come out as
+    score ``-inf`` and states -1. Padding lanes (tags >= C, ranks >= K) are ``-inf`` throughout."""
     row = tl.program_id(0).to(tl.int64)
     n = tl.minimum(tl.maximum(tl.load(len_ptr + row).to(tl.int32), 0), T)  # lengths outside [0, T] clamped
     N = NB * C
@@ -273,32 +276,28 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
     score = tl.where(r[None, None, :] == 0, first[:, :, None], NEG_INF)  # [BB, BC, BK]
     moves = tl.load(moves_ptr + w_off, mask=w_ok, other=NEG_INF).to(tl.float64)
     key = a[:, None, None, None] * K + r[None, None, None, :]  # [BA, 1, 1, BK]
-    invalid = (a[:, None, None, None] >= C) | (r[None, None, None, :] >= K)
     pointer_off = dst[:, :, None] * K + r[None, None, :]
     pointer_ok = dst_ok[:, :, None] & (r[None, None, :] < K)
-    e_next = tl.load(em_row + s_et + em_off, mask=_both(dst_ok, n > 1), other=NEG_INF).to(tl.float64)
+    e_next = tl.load(em_row + s_et + em_off, mask=_both(dst_ok, n > 1), other=NEG_INF)
     moves_next = moves
     if PER_POSITION:
         moves_next = tl.load(moves_ptr + (row * T + 1) * N * C + w_off, mask=_both(w_ok, n > 1),
                              other=NEG_INF).to(tl.float64)
     for t in range(1, n):
-        e = e_next  # loaded one step ahead, as in the forward kernel
-        e_next = tl.load(em_row + (t + 1) * s_et + em_off, mask=_both(dst_ok, t + 1 < n),
-                         other=NEG_INF).to(tl.float64)
+        e = e_next.to(tl.float64)  # loaded one step ahead, as in the forward kernel
+        e_next = tl.load(em_row + (t + 1) * s_et + em_off, mask=_both(dst_ok, t + 1 < n), other=NEG_INF)
         if PER_POSITION:
             moves = moves_next
             moves_next = tl.load(moves_ptr + (row * T + t + 1) * N * C + w_off, mask=_both(w_ok, t + 1 < n),
                                  other=NEG_INF).to(tl.float64)
         prev = _to_source_ranked(score, BA, BB, BK, ORDER)
         cand = prev[:, :, None, :] + moves[:, :, :, None]  # [BA, BB, BC, BK]
-        taken = invalid | (cand != cand)
         best = tl.full((BB, BC, BK), NEG_INF, tl.float64)
         pointer = tl.full((BB, BC, BK), 0, tl.int32)
         for j in range(0, K):
-            top = _max(_max(tl.where(taken, NEG_INF, cand), 3), 0)  # [BB, BC]
-            hit = (~taken) & (cand == top[None, :, :, None])
-            pick = _min(_min(tl.where(hit, key, BIG_KEY), 3), 0)
-            taken = taken | (key == pick[None, :, :, None])
+            top = _max(_max(cand, 3), 0)  # [BB, BC]
+            pick = _min(_min(tl.where(cand == top[None, :, :, None], key, BIG_KEY), 3), 0)
+            cand = tl.where(key == pick[None, :, :, None], NEG_INF, cand)  # taken
             best = tl.where(r[None, None, :] == j, top[:, :, None], best)
             pointer = tl.where(r[None, None, :] == j, pick[:, :, None], pointer)
         score = best + e[:, :, None]
@@ -308,15 +307,13 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
     prev = _to_source_ranked(score, BA, BB, BK, ORDER)
     final = prev + tl.load(end_ptr + src, mask=src_ok, other=NEG_INF).to(tl.float64)[:, :, None]
     final_key = m[None, :, None] * (C * K) + a[:, None, None] * K + r[None, None, :]
-    taken = ~(src_ok[:, :, None] & (r[None, None, :] < K)) | (final != final)
     best = tl.full((BK,), NEG_INF, tl.float64)
     state = tl.full((BK,), 0, tl.int64)
     rank = tl.full((BK,), 0, tl.int64)
     for j in range(0, K):
-        top = _max(_max(_max(tl.where(taken, NEG_INF, final), 2), 1), 0)
-        hit = (~taken) & (final == top)
-        pick = _min(_min(_min(tl.where(hit, final_key, BIG_KEY), 2), 1), 0)
-        taken = taken | (final_key == pick)
+        top = _max(_max(_max(final, 2), 1), 0)
+        pick = _min(_min(_min(tl.where(final == top, final_key, BIG_KEY), 2), 1), 0)
+        final = tl.where(final_key == pick, NEG_INF, final)
         best = tl.where(r == j, top, best)
         state = tl.where(r == j, ((pick % (C * K)) // K) * NB + pick // (C * K), state)
         rank = tl.where(r == j, pick % K, rank)

@@ -25,7 +25,7 @@ def _forward(x: Inputs, store: bool) -> tuple[Tensor, Tensor, Tensor]:
     alphas = torch.empty(*shape, x.num_states, dtype=x.dtype, device=device)
     scales = torch.empty(*shape, dtype=torch.float64, device=device)
     runtime.launch("forward_kernel", x.batch, x.start, x.moves, x.end, x.emissions, x.lengths, log_z, alphas,
-                   scales, *x.scalars(), STORE=store, **x.constants())
+                   scales, *x.scalars(), STORE=store, **x.constants("forward_kernel"))
     return log_z, alphas, scales
 
 
@@ -47,7 +47,7 @@ def _backward(x: Inputs, log_z: Tensor, alphas: Tensor, scales: Tensor, weights:
         d_moves = torch.empty(x.batch, states, size, dtype=torch.float64, device=device)
     runtime.launch("backward_kernel", x.batch, x.moves, x.end, x.emissions, x.lengths, log_z,
                    weights.to(torch.float64).contiguous(), alphas, scales, d_emissions, d_start, d_end, d_moves,
-                   *x.scalars(), MOVES=moves, **x.constants())
+                   *x.scalars(), MOVES=moves, **x.constants("backward_kernel"))
     state_shape = (size,) * x.order
     grad_moves = None
     if moves:

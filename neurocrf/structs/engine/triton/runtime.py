@@ -98,10 +98,16 @@ def tile_elements(size: int, order: int, k: int = 1) -> int:
     return shape["BA"] * shape["BB"] * shape["BC"] * next_power_of_2(k)
 
 
-def num_warps(elements: int) -> int:
+ELEMENTS_PER_THREAD = {"forward_kernel": 16, "backward_kernel": 8, "search_kernel": 16}
+"""Target tile elements per thread of each kernel (the backward kernel holds about twice as many
+tiles at once), chosen so that no kernel spills registers at the sizes the backend runs (see
+scripts/triton_resources.py)."""
+
+
+def num_warps(kernel: str, elements: int) -> int:
     """Warps per program: one for small state spaces (reductions stay inside a warp), more as the
-    tile grows, about 16 elements per thread."""
-    return max(1, min(16, next_power_of_2(elements // 512)))
+    tile grows (:data:`ELEMENTS_PER_THREAD`), at most 16."""
+    return max(1, min(16, next_power_of_2(elements // (32 * ELEMENTS_PER_THREAD[kernel]))))
 
 
 def emission_strides(emissions: Tensor, order: int) -> tuple[int, int, int, int]:

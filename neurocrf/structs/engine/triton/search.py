@@ -34,7 +34,7 @@ def kbest(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, le
         pointers = torch.empty(x.batch, x.seq_len, x.num_states, k, dtype=torch.int32, device=device)
         runtime.launch("search_kernel", x.batch, x.start, x.moves, x.end, x.emissions, x.lengths, pointers, states,
                        scores, x.seq_len, x.size, x.size ** (x.order - 1), k, *x.scalars()[3:],
-                       BK=runtime.next_power_of_2(k), **x.constants(k))
+                       BK=runtime.next_power_of_2(k), **x.constants("search_kernel", k))
     return states, scores
 
 
