@@ -76,9 +76,16 @@ def kernels(interpret: bool) -> ModuleType:
 
 
 def launch(name: str, rows: int, *args, **constants) -> None:
-    """Launch kernel ``name`` with one program per batch row (counted in :data:`LAUNCHES`)."""
-    kernel = getattr(kernels(interpreting()), name)
-    kernel[(rows,)](*args, **constants)
+    """Launch kernel ``name`` with one program per batch row (counted in :data:`LAUNCHES`), on the
+    device of its tensors (not necessarily the current CUDA device)."""
+    interpret = interpreting()
+    kernel = getattr(kernels(interpret), name)
+    device = next(arg.device for arg in args if isinstance(arg, Tensor))
+    if device.type == "cuda" and not interpret:
+        with torch.cuda.device(device):
+            kernel[(rows,)](*args, **constants)
+    else:
+        kernel[(rows,)](*args, **constants)
     LAUNCHES[name] += 1
 
 
