@@ -47,19 +47,17 @@ def main() -> None:
         tuple(int(v) for v in (item.split(":") + ["1", "1"])[:3]) for item in args.sizes.split(",")]
     lines = [f"triton {triton.__version__}, python {platform.python_version()}, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-             "| kernel | C | order | k | transitions | warps | target | registers | spill B | shared B | compile s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| kernel | C | order | k | transitions | warps | target | registers | spill B | shared B |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     for case in cases(sizes):
         for arch in (int(a) for a in args.arch.split(",")):
-            begin = time.perf_counter()
             compiled = compile_kernel(case, arch)
             usage = resource_usage(compiled.asm["cubin"])
             k = case.k if case.kernel == "search_kernel" else "-"
             line = (f"| {case.kernel} | {case.size} | {case.order} | {k}"
                     f" | {'per position' if case.per_position else 'shared'} | {case.num_warps()} | sm_{arch}"
-                    f" | {usage['registers']} | {usage['spill_bytes']} | {usage['shared_bytes']}"
-                    f" | {time.perf_counter() - begin:.1f} |")
+                    f" | {usage['registers']} | {usage['spill_bytes']} | {usage['shared_bytes']} |")
             lines.append(line)
             print(line, flush=True)
     if args.out:

@@ -105,16 +105,18 @@ def tile_elements(size: int, order: int, k: int = 1) -> int:
     return shape["BA"] * shape["BB"] * shape["BC"] * next_power_of_2(k)
 
 
-ELEMENTS_PER_THREAD = {"forward_kernel": 16, "backward_kernel": 8, "search_kernel": 16}
-"""Target tile elements per thread of each kernel (the backward kernel holds about twice as many
-tiles at once), chosen so that no kernel spills registers at the sizes the backend runs (see
-scripts/triton_resources.py)."""
+WARPS = {"forward_kernel": (16, 16), "backward_kernel": (4, 8), "search_kernel": (16, 16)}
+"""Per kernel: target tile elements per thread and the most warps. The backward kernel holds about
+three times as many tiles at once, and 8 warps keep its register budget at 255 per thread (16
+warps cap it at 128). Chosen with scripts/triton_resources.py so that no kernel spills at the sizes
+the backend runs, but the largest search tiles."""
 
 
 def num_warps(kernel: str, elements: int) -> int:
     """Warps per program: one for small state spaces (reductions stay inside a warp), more as the
-    tile grows (:data:`ELEMENTS_PER_THREAD`), at most 16."""
-    return max(1, min(16, next_power_of_2(elements // (32 * ELEMENTS_PER_THREAD[kernel]))))
+    tile grows (:data:`WARPS`)."""
+    per_thread, most = WARPS[kernel]
+    return max(1, min(most, next_power_of_2(elements // (32 * per_thread))))
 
 
 def emission_strides(emissions: Tensor, order: int) -> tuple[int, int, int, int]:
