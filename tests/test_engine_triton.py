@@ -257,6 +257,9 @@ def test_rows_without_a_path_and_empty_inputs():
         assert bool(torch.isfinite(grad).all())
     assert bool((grads[3][1] == 0).all()) and bool((grads[3][2] == 0).all())
     assert bool((backend.node_marginals(*potentials, lengths)[1] == 0).all())
+    leaves = [x.clone().requires_grad_(True) for x in potentials]  # an infinite weight on the dead row
+    backend.log_partition(*leaves, lengths).backward(torch.tensor([1.0, float("inf"), 1.0]))
+    assert all(bool(torch.isfinite(x.grad).all()) for x in leaves) and bool((leaves[3].grad[1] == 0).all())
     states, best = backend.viterbi(*potentials, lengths)
     assert bool((states[1] == -1).all()) and torch.isneginf(best[1]) and best[2] == 0
     paths, scores = backend.kbest(*potentials, lengths, 3)

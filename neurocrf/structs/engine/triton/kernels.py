@@ -195,7 +195,7 @@ def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alp
     live = (n > 0) & (log_z > NEG_INF)
     log_z = tl.where(live, log_z, 0.0)
     steps = tl.where(live, n, 0)
-    weight = tl.load(grad_ptr + row).to(dtype)
+    weight = tl.where(live, tl.load(grad_ptr + row).to(dtype), 0.0)  # an inf weight on a dead row: no NaN
     last = tl.maximum(steps - 1, 0)
 
     b = tl.load(end_ptr + dst, mask=dst_ok, other=NEG_INF).to(dtype)
