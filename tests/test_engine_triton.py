@@ -292,6 +292,31 @@ def test_long_sequence_float32_precision(seq_len):
         torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_long_sequences_run_the_recurrences_in_float64(monkeypatch):
+    """From ``LONG_SEQUENCE`` positions float32 inputs run float64 kernels (results stay float32)."""
+    from neurocrf.structs.engine.triton import inputs
+
+    launched = []
+    original = runtime.launch
+
+    def record(name, rows, *args, **constants):
+        launched.append((name, args[0].dtype))
+        original(name, rows, *args, **constants)
+
+    monkeypatch.setattr(runtime, "launch", record)
+    *potentials, lengths = random_chain(2, 10, 3, 1, torch.float32, torch.Generator().manual_seed(2))
+    for threshold, dtype in ((11, torch.float32), (10, torch.float64)):
+        monkeypatch.setattr(inputs, "LONG_SEQUENCE", threshold)
+        launched.clear()
+        log_z, grads = triton_gradients(potentials, lengths)
+        assert [kernel_dtype for _, kernel_dtype in launched] == [dtype, dtype]
+        assert log_z.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads)
+        ref_log_z, ref_grads = torch_gradients([x.double() for x in potentials], lengths)
+        torch.testing.assert_close(log_z, ref_log_z.float())
+        for got, expected in zip(grads, ref_grads):
+            torch.testing.assert_close(got, expected.float())
+
+
 def test_half_precision_emissions_and_large_scores():
     """bf16 and fp16 emissions are upcast inside (float32 results); emissions of 1e4 give no NaN."""
     generator = torch.Generator().manual_seed(6)

@@ -69,12 +69,12 @@ class LogPartition(torch.autograd.Function):
         ctx.inputs = x
         if x.batch == 0 or x.seq_len == 0:
             ctx.empty = True
-            return torch.zeros(x.batch, dtype=x.dtype, device=emissions.device)
+            return torch.zeros(x.batch, dtype=x.out_dtype, device=emissions.device)
         ctx.empty = False
         store = any(ctx.needs_input_grad[:4])
         log_z, alphas, scales = _forward(x, store)
         ctx.save_for_backward(log_z, alphas, scales)
-        return log_z.to(x.dtype)
+        return log_z.to(x.out_dtype)
 
     @staticmethod
     @once_differentiable
@@ -94,19 +94,19 @@ class LogPartition(torch.autograd.Function):
 
 def log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor) -> Tensor:
     """``[B]`` log partition function (0 for rows of length 0, ``-inf`` for rows without a path,
-    whose gradients are 0) in the compute dtype (float64 for float64 potentials, else float32);
-    differentiable w.r.t. all four potentials."""
+    whose gradients are 0), float64 for float64 potentials, else float32; differentiable w.r.t.
+    all four potentials (gradients in each potential's dtype)."""
     return LogPartition.apply(start, transitions, end, emissions, lengths)
 
 
 def node_marginals(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor) -> Tensor:
     """``[B, T, |S|]`` posteriors of the flat states (0 past each length and in rows without a
-    path), in the compute dtype (float64 for float64 potentials, float32 otherwise); no gradient."""
+    path), float64 for float64 potentials, float32 otherwise; no gradient."""
     x = prepare(start, transitions, end, emissions, lengths)
     if x.batch == 0 or x.seq_len == 0:
-        return torch.zeros(x.batch, x.seq_len, x.num_states, dtype=x.dtype, device=x.emissions.device)
+        return torch.zeros(x.batch, x.seq_len, x.num_states, dtype=x.out_dtype, device=x.emissions.device)
     with torch.no_grad():
         log_z, alphas, scales = _forward(x, store=True)
         ones = torch.ones(x.batch, dtype=torch.float64, device=x.emissions.device)
         marginals = _backward(x, log_z, alphas, scales, ones, moves=False)[3]
-    return marginals.reshape(x.batch, x.seq_len, x.num_states)
+    return marginals.reshape(x.batch, x.seq_len, x.num_states).to(x.out_dtype)
