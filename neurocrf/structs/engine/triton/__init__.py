@@ -14,8 +14,15 @@ expanded precursor states) or 2 (pair states).
   (ties included);
 - :func:`path_score`: the score of given paths, summed in float64.
 
+Numerics: float32 and float64 inputs (float16 and bfloat16 emissions upcast inside); results in
+float64 for float64 inputs, else float32. Scores are rescaled log values with the log scale kept
+in float64; from :data:`~.inputs.LONG_SEQUENCE` positions the recurrences run in float64. Search
+runs in float64. Gradients are first derivatives (for gradients of gradients use the torch engine).
+
 CUDA tensors run compiled kernels; CPU tensors run on Triton's interpreter when
-``TRITON_INTERPRET=1`` (slow: for tests). :func:`unsupported` says why an input cannot run.
+``TRITON_INTERPRET=1`` (slow: for tests; read at every call, see :mod:`.runtime`).
+:func:`unsupported` says why an input cannot run (no CUDA tensor, triton missing, a state space
+too large for one program's registers, an unsupported dtype or order).
 """
 
 from neurocrf.structs.engine.triton.partition import log_partition, node_marginals
