@@ -1,0 +1,65 @@
+"""Every CRF layer built with ``backend="triton"`` computes what the same layer computes with
+``backend="torch"``: the engine's chooser really hands the Triton backend each quantity (loss and
+its gradients, Viterbi, n-best, marginals), on Triton's CPU interpreter. The kernels themselves are
+checked against enumeration in tests/test_engine_triton.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from neurocrf.structs import LinearChainCRF, PrecursorInducedCRF, SecondOrderCRF  # noqa: E402
+from neurocrf.structs.engine import BackendError  # noqa: E402
+from neurocrf.structs.engine.triton import runtime  # noqa: E402
+
+TAGS = ["O", "B-A", "I-A", "B-B", "I-B"]
+LAYERS = {
+    "first_order": lambda backend: LinearChainCRF(5, backend=backend),
+    "second_order": lambda backend: SecondOrderCRF(4, backend=backend),
+    "precursor": lambda backend: PrecursorInducedCRF(TAGS, "IOB2", backend=backend),
+}
+pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered in log:RuntimeWarning")
+
+
+@pytest.mark.parametrize("kind", LAYERS)
+def test_a_triton_layer_computes_what_the_torch_layer_computes(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch.manual_seed(0)
+    reference, layer = LAYERS[kind]("torch"), LAYERS[kind]("triton")
+    with torch.no_grad():
+        for param in reference.parameters():
+            param.normal_()
+    layer.load_state_dict(reference.state_dict())
+    num_tags = 4 if kind == "second_order" else 5
+    emissions = torch.randn(4, 7, num_tags, dtype=torch.float64)
+    mask = torch.ones(4, 7, dtype=torch.bool)
+    mask[0] = False  # an empty row
+    mask[1, 1:] = False  # one position
+    mask[2, [1, 4]] = False  # holes
+    gold = reference.decode(emissions, mask).clamp(min=0)  # an admissible path for every layer
+
+    runtime.LAUNCHES.clear()
+    results = []
+    for crf in (reference, layer):
+        leaf = emissions.clone().requires_grad_()
+        nll = crf(leaf, gold, mask, reduction="sum")
+        grads = torch.autograd.grad(nll, [leaf, *crf.parameters()])
+        with torch.no_grad():
+            results.append((nll, grads, crf.decode(emissions, mask), *crf.nbest(emissions, mask, k=3),
+                            crf.marginals(emissions, mask)))
+    assert {"forward_kernel", "backward_kernel", "search_kernel"} <= set(runtime.LAUNCHES)
+    (nll, grads, tags, nbest, nbest_scores, marginals), theirs = results
+    torch.testing.assert_close(theirs[0], nll)
+    for mine, other in zip(theirs[1], grads):
+        torch.testing.assert_close(mine, other)
+    assert torch.equal(theirs[2], tags) and torch.equal(theirs[3], nbest)
+    torch.testing.assert_close(theirs[4], nbest_scores)
+    torch.testing.assert_close(theirs[5], marginals)
+
+
+def test_a_triton_layer_on_cpu_tensors_without_the_interpreter_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(BackendError, match="needs CUDA tensors"):
+        LinearChainCRF(3, backend="triton").decode(torch.randn(1, 2, 3))
