@@ -15,9 +15,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 pytest.importorskip("triton")
 
 from neurocrf.structs import LinearChainCRF  # noqa: E402
+from neurocrf.structs.engine import triton as backend  # noqa: E402
 from neurocrf.structs.engine.chain import Chain  # noqa: E402
 from neurocrf.structs.engine.chain import path_score as torch_path_score  # noqa: E402
-from neurocrf.structs.engine import triton as backend  # noqa: E402
 from neurocrf.structs.engine.triton import runtime  # noqa: E402
 from tests.test_structs_bruteforce import CASES, REFERENCES, all_sequences, make_layer, random_mask  # noqa: E402
 from tests.test_structs_pair_emissions import reference_scores as pair_reference_scores  # noqa: E402

@@ -49,7 +49,8 @@ def fake_triton(monkeypatch):
     module = types.ModuleType("neurocrf.structs.engine.triton")
     module.calls, module.state = [], {"available": None, "unsupported": None}
     module.available = lambda: module.state["available"]
-    module.unsupported = lambda *potentials: module.state["unsupported"]
+    module.asked_k = []
+    module.unsupported = lambda *potentials, k=1: module.asked_k.append(k) or module.state["unsupported"]
     for quantity in engine.QUANTITIES:
         def run(*args, _quantity=quantity, **kwargs):
             module.calls.append(_quantity)
@@ -113,6 +114,22 @@ def test_auto_takes_triton_only_where_the_device_order_lists_it(fake_triton, com
     assert select("auto", "log_partition", *first_order())[0] == "compiled"
     fake_triton.state["available"] = "triton is not installed"
     assert select("auto", "kbest", *first_order())[0] == "compiled"
+
+
+def test_the_chooser_tells_a_backend_how_many_paths_kbest_wants(fake_triton, no_env, monkeypatch):
+    """A backend whose tiles hold only so many paths refuses a large k, and "auto" then takes torch."""
+    monkeypatch.setitem(engine._AUTO_ORDER, "cpu", ("triton",))
+    crf = LinearChainCRF(3)
+    fake_triton.unsupported = lambda *potentials, k=1: fake_triton.asked_k.append(k) or (
+        f"k = {k} paths do not fit on chip" if k > 4 else None)
+    crf.nbest(torch.randn(2, 4, 3), k=3)
+    assert fake_triton.asked_k[-2:] == [3, 1] and "kbest" in fake_triton.calls  # k best, then log Z
+    fake_triton.calls.clear()
+    crf.nbest(torch.randn(2, 4, 3), k=16)
+    assert 16 in fake_triton.asked_k and "kbest" not in fake_triton.calls  # torch found the 16 paths
+    crf.backend = "triton"
+    with pytest.raises(BackendError, match="k = 16 paths do not fit on chip"):
+        crf.nbest(torch.randn(2, 4, 3), k=16)
 
 
 def test_a_backend_named_runs_or_says_why(fake_triton, compiled, no_env, monkeypatch):

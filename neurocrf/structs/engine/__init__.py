@@ -84,8 +84,9 @@ class Backend(Protocol):
         """None when the backend can run on this machine, else the reason it cannot."""
 
     def unsupported(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor,
-                    lengths: Tensor) -> str | None:
-        """None when it takes these inputs (device, dtype, state space), else the reason."""
+                    lengths: Tensor, k: int = 1) -> str | None:
+        """None when it takes these inputs (device, dtype, state space, ``k`` paths of ``kbest``),
+        else the reason."""
 
     def log_partition(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor,
                       lengths: Tensor) -> Tensor:
@@ -148,7 +149,7 @@ def load(name: str) -> ModuleType:
         raise BackendError(f"the {name!r} CRF backend cannot be imported: {error}") from error
 
 
-def _reason(name: str, quantity: str, potentials: tuple[Tensor, ...]) -> tuple[ModuleType | None, str | None]:
+def _reason(name: str, quantity: str, potentials: tuple[Tensor, ...], k: int) -> tuple[ModuleType | None, str | None]:
     """The backend module and None if it computes ``quantity`` on ``potentials``, else the reason."""
     try:
         module = load(name)
@@ -158,13 +159,14 @@ def _reason(name: str, quantity: str, potentials: tuple[Tensor, ...]) -> tuple[M
     if reason is None and getattr(module, quantity, None) is None:
         reason = f"it has no {quantity}"
     if reason is None:
-        reason = module.unsupported(*potentials)
+        reason = module.unsupported(*potentials, k=k)
     return module, reason
 
 
 def select(requested: str, quantity: str, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor,
-           lengths: Tensor, scan: str = "auto") -> tuple[str, ModuleType]:
-    """``(name, module)`` of the backend that computes ``quantity`` for a layer set to ``requested``.
+           lengths: Tensor, scan: str = "auto", k: int = 1) -> tuple[str, ModuleType]:
+    """``(name, module)`` of the backend that computes ``quantity`` for a layer set to ``requested``
+    (``k``: the number of paths ``kbest`` is asked for; a backend's on-chip tiles may limit it).
 
     Raises:
         BackendError: the backend named (by the layer or :data:`ENV`) cannot compute it here.
@@ -176,13 +178,13 @@ def select(requested: str, quantity: str, start: Tensor, transitions: Tensor, en
     if name != "auto":
         if scan != "auto" and name != "torch":
             raise BackendError(f"scan={scan!r} chooses a scan of the torch backend; backend {name!r} has its own")
-        module, reason = _reason(name, quantity, potentials)
+        module, reason = _reason(name, quantity, potentials, k)
         if reason is not None:
             raise BackendError(f"CRF backend {name!r} cannot compute {quantity}: {reason}")
         return name, module
     if scan == "auto":
         for candidate in _AUTO_ORDER.get(emissions.device.type, ()):
-            module, reason = _reason(candidate, quantity, potentials)
+            module, reason = _reason(candidate, quantity, potentials, k)
             if reason is None:
                 return candidate, module
     return "torch", load("torch")

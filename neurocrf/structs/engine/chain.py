@@ -76,12 +76,12 @@ class Chain:
         self.parallel_threshold = parallel_threshold
         self._originals = (start, transitions, end, emissions)
 
-    def backend_for(self, quantity: str) -> tuple[str, ModuleType]:
-        """``(name, module)`` of the backend that computes ``quantity`` for this chain."""
-        return engine.select(self.backend, quantity, *self._originals, self.lengths, scan=self.scan)
+    def backend_for(self, quantity: str, k: int = 1) -> tuple[str, ModuleType]:
+        """``(name, module)`` of the backend that computes ``quantity`` (``k`` paths for ``kbest``)."""
+        return engine.select(self.backend, quantity, *self._originals, self.lengths, scan=self.scan, k=k)
 
     def _run(self, quantity: str, *extra):
-        name, module = self.backend_for(quantity)
+        name, module = self.backend_for(quantity, *extra)
         options = {}
         if name == "torch" and quantity in _TORCH_OPTIONS:
             options = {"scan": self.scan, "parallel_threshold": self.parallel_threshold}

@@ -35,7 +35,8 @@ def available() -> str | None:
     return kernel.unavailable()
 
 
-def unsupported(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor) -> str | None:
+def unsupported(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+                k: int = 1) -> str | None:
     """None for first-order chains with shared transitions on float32 / float64 CPU tensors."""
     if start.dim() != 1:
         return ("it runs first-order state spaces (LinearChainCRF, PrecursorInducedCRF), not pair states "

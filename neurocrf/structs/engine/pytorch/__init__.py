@@ -46,7 +46,8 @@ def available() -> str | None:
     return None
 
 
-def unsupported(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor) -> str | None:
+def unsupported(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+                k: int = 1) -> str | None:
     """Takes every input."""
     return None
 
