@@ -340,6 +340,26 @@ def write_conll(
         path_or_file.write(text)
 
 
+def sentence_block(
+    sentence: Sentence,
+    extra_columns: Mapping[str, Sequence[str]] | None = None,
+    *,
+    raw_columns: bool = False,
+    delimiter: str = "\t",
+) -> str:
+    """One sentence as :func:`write_conll` writes it (its lines and the blank line after them),
+    with ``extra_columns`` ``{name: one value per token}``; for writing one sentence at a time.
+
+    Raises ValueError / ConllFormatError as :func:`write_conll` does.
+
+    >>> sentence_block(Sentence(["EU", "rejects"]), {"pred": ["B-ORG", "O"]})
+    'EU\\tB-ORG\\nrejects\\tO\\n\\n'
+    """
+    rows = _rows(sentence, 0, {name: [values] for name, values in (extra_columns or {}).items()}, raw_columns)
+    _check_values(sentence, rows, delimiter)
+    return "".join(delimiter.join(row) + "\n" for row in rows) + "\n"
+
+
 def check_writable(sentences: Iterable[Sentence], *, delimiter: str = "\t", raw_columns: bool = False) -> None:
     """Check, before any work is done, that :func:`write_conll` can write the sentences' tokens
     (or all their raw columns with ``raw_columns``).

@@ -96,11 +96,24 @@ class InputReader:
             input_format = detect_format(prefix, self.name, self.options, complete)
             lines = chain(prefix, lines)
         self.format: str = input_format
-        self._lines = lines
+        self.leading_separator = False  # CoNLL input: a document separator line before the first token
+        self._lines = self._watch_start(lines) if input_format == "conll" else lines
 
     @property
     def line(self) -> int:
         return self.source.line
+
+    def _watch_start(self, lines: Iterable[str]) -> Iterator[str]:
+        iterator = iter(lines)
+        kinds = {"delimiter": self.options.get("delimiter"), "docstart": self.options.get("docstart", DOC_PREFIXES),
+                 "comment_prefix": self.options.get("comment_prefix")}
+        for line in iterator:
+            yield line
+            kind = next((kind for _, kind, _, _ in column_lines([line], **kinds)), None)
+            if kind == TOKEN:
+                break
+            self.leading_separator = self.leading_separator or kind == SEPARATOR
+        yield from iterator
 
     def __iter__(self) -> Iterator[Sentence]:
         if self.format == "conll":
