@@ -128,8 +128,9 @@ class FilePrediction:
                     bar.update(len(window), sum(len(s.tokens) for s in window), self.input.source.bytes_read)
             except BaseException as error:
                 where = "" if self.output == "-" else f"; nothing was written to {self.output}"
-                print(f"prediction stopped at {self.input.name}:{self.input.line} after {bar.sentences} sentences"
-                      f" ({type(error).__name__}: {error}){where}", file=sys.stderr)
+                print(f"prediction stopped after {self.input.name}:{self.input.line} (the last line read;"
+                      f" {bar.sentences} sentences predicted) by {type(error).__name__}: {error}{where}",
+                      file=sys.stderr)
                 raise
             out.commit()
         seconds = time.perf_counter() - start
