@@ -185,7 +185,8 @@ class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> list[Prediction]:
         """Predictions for a batch's ``tokens`` (empty sentences included), with the options of
         ``self.prediction_options`` (:meth:`predict_batch`'s keywords)."""
-        return self.predict_window(list(batch["tokens"]), len(batch["tokens"]), None, **self.prediction_options)
+        tokens = list(batch["tokens"])
+        return self.predict_window(tokens, max(1, len(tokens)), None, **self.prediction_options)
 
     def _evaluation_step(self, batch: dict[str, Any], stage: str) -> None:
         emissions = self._emissions(batch)
