@@ -7,6 +7,8 @@ configuration) runs in a fresh subprocess that loads the checkpoint and runs
 :meth:`neurocrf.inference.run.FilePrediction.run` from the text file to a CoNLL (or JSON lines)
 file; timed: the whole run (reading, batching, model, writing, the final rename), not the model
 loading. Peak RSS: the subprocess's ``ru_maxrss`` (model, interpreter and libraries included).
+CPU seconds: the subprocess's CPU time over the same run (on a shared machine, wall time counts
+the waits for a core; with one thread, CPU time is what the run would take on a quiet one).
 
     # the BiLSTM-char sample model (1 epoch of neurocrf-train), CPU, 1 thread, confidences off
     python scripts/bench_predict.py --ckpt logs/.../last.ckpt --sizes 1000 10000 100000 --threads 1
@@ -61,6 +63,7 @@ def child(args: argparse.Namespace) -> None:
     job = FilePrediction(args.input, output, input_format="text", output_format=args.format,
                          confidence=args.confidence, nbest=args.nbest, window=args.window)
     loaded_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    cpu_start = time.process_time()
     start = time.perf_counter()
     if args.profile:
         import cProfile
@@ -74,10 +77,12 @@ def child(args: argparse.Namespace) -> None:
         summary = job.run(model, batch_size=args.batch_size, max_tokens=args.max_tokens, precision=args.precision,
                           progress=False)
     seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start
     output.unlink()
     print(json.dumps({
         "sentences": summary["sentences"], "tokens": summary["tokens"], "seconds": round(seconds, 2),
         "sentences_per_s": round(summary["sentences"] / seconds), "tokens_per_s": round(summary["tokens"] / seconds),
+        "cpu_seconds": round(cpu_seconds, 2), "tokens_per_cpu_s": round(summary["tokens"] / cpu_seconds),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "rss_after_load_mb": round(loaded_rss), "threads": args.threads, "confidence": args.confidence,
         "format": args.format, "nbest": args.nbest, "batch_size": args.batch_size, "max_tokens": args.max_tokens,
@@ -94,8 +99,8 @@ def main() -> None:
     parser.add_argument("--confidence", action="store_true", help="token and span confidences (marginals) too")
     parser.add_argument("--format", default="conll", choices=["conll", "jsonl"], help="jsonl implies confidences")
     parser.add_argument("--nbest", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-tokens", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--window", type=int, default=4096)
     parser.add_argument("--precision", default="32")
     parser.add_argument("--device", default="cpu")
@@ -137,11 +142,12 @@ def main() -> None:
         print(json.dumps(record), flush=True)
     print(f"\n{platform.processor() or platform.machine()}, torch threads {args.threads},"
           f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
-    print("| sentences | tokens | seconds | sentences/s | tokens/s | peak RSS (MB) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| sentences | tokens | seconds | sentences/s | tokens/s | CPU seconds | tokens per CPU second |"
+          " peak RSS (MB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in records:
         print(f"| {r['sentences']:,} | {r['tokens']:,} | {r['seconds']} | {r['sentences_per_s']:,} |"
-              f" {r['tokens_per_s']:,} | {r['peak_rss_mb']:,} |")
+              f" {r['tokens_per_s']:,} | {r['cpu_seconds']} | {r['tokens_per_cpu_s']:,} | {r['peak_rss_mb']:,} |")
 
 
 if __name__ == "__main__":

@@ -147,6 +147,7 @@ class BiLSTMPreparer:
         self.chars = Lookup(chars) if chars is not None else None
         self.lowercase = lowercase
         self.max_word_length = max_word_length
+        self.char_cache: dict[str, list[int]] = {}  # char ids of frequent words (chars.char_ids)
 
     def word_id(self, word: str) -> int:
         if self.lowercase:
@@ -161,7 +162,7 @@ class BiLSTMPreparer:
         ids = torch.tensor(rows, dtype=torch.long).view(mask.shape)
         inputs = {"words": ids, "mask": mask}
         if self.chars is not None:
-            inputs["chars"] = char_ids(tokens, self.chars, self.max_word_length)
+            inputs["chars"] = char_ids(tokens, self.chars, self.max_word_length, self.char_cache)
         return inputs
 
 
@@ -235,7 +236,12 @@ class BiLSTMEncoder(Encoder):
         """``[B, T, C]`` char ids -> ``[B, T, char_dim_out]``, computed for real words only."""
         batch, width, length = chars.shape
         flat_mask = mask.reshape(-1)
-        features = self.char_encoder(chars.reshape(batch * width, length)[flat_mask])
+        words = chars.reshape(batch * width, length)[flat_mask]
+        if self.training:
+            features = self.char_encoder(words)
+        else:  # each distinct word once (a batch repeats its frequent words)
+            distinct, inverse = torch.unique(words, dim=0, return_inverse=True)
+            features = self.char_encoder(distinct)[inverse]
         out = features.new_zeros(batch * width, features.shape[-1])
         out[flat_mask] = features
         return out.view(batch, width, -1)

@@ -15,23 +15,35 @@ from neurocrf.encoders.base import Lookup
 CHAR_KINDS = ("cnn", "lstm")
 
 
-def char_ids(tokens: list[list[str]], chars: Lookup, max_word_length: int) -> Tensor:
+CACHED_WORDS = 50_000
+"""Words whose character ids :func:`char_ids` keeps between calls (given a cache)."""
+
+
+def char_ids(tokens: list[list[str]], chars: Lookup, max_word_length: int,
+             cache: dict[str, list[int]] | None = None) -> Tensor:
     """``[batch, seq_len, max_chars]`` long character ids, 0 = padding.
 
     Words longer than ``max_word_length`` keep their first ``max_word_length`` characters; an
-    empty word is one unknown character, so every real word has at least one.
+    empty word is one unknown character, so every real word has at least one. ``cache`` keeps
+    the ids of up to :data:`CACHED_WORDS` words between calls (frequent words are looked up once).
     """
     width = max((len(s) for s in tokens), default=0)
     longest = max(1, max((min(len(w), max_word_length) for s in tokens for w in s), default=1))
     get, unk = chars.index.get, chars.unk_id
     padding = [0] * longest
+    cache = {} if cache is None else cache
     rows: list[list[list[int]]] = []
     # One padded nested list and a single tensor: a tensor per word costs ~5x more in collation.
     for sentence in tokens:
         row = []
         for word in sentence:
-            ids = [get(c, unk) for c in word[:max_word_length]] or [unk]
-            ids.extend(padding[: longest - len(ids)])
+            known = cache.get(word)
+            if known is None:
+                known = [get(c, unk) for c in word[:max_word_length]] or [unk]
+                if len(cache) >= CACHED_WORDS:
+                    cache.clear()
+                cache[word] = known
+            ids = known + padding[: longest - len(known)]
             row.append(ids)
         row.extend([padding] * (width - len(sentence)))
         rows.append(row)

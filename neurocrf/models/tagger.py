@@ -313,7 +313,7 @@ class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
                                         else [])
         return results  # type: ignore[return-value]
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def predict_batch(
         self, tokens: list[list[str]], nbest: int = 0, precision: str = "32", confidences: bool = True
     ) -> list[Prediction]:
@@ -322,7 +322,8 @@ class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
         if precision not in PREDICT_PRECISIONS:
             raise ValueError(f"precision must be one of {PREDICT_PRECISIONS}, got {precision!r}")
         was_training = self.training
-        self.eval()
+        if was_training:
+            self.eval()
         try:
             inputs = {key: value.to(self.device) for key, value in self.encoder.prepare(tokens).items()}
             lengths = torch.tensor([len(words) for words in tokens], device=self.device)
@@ -332,4 +333,5 @@ class Tagger(FullBatchTraining, Checkpointed, pl.LightningModule):
             return build_predictions(self.head, emissions, mask, tokens, self.tags, self.scheme, nbest=nbest,
                                      confidences=confidences)
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train()
