@@ -262,3 +262,52 @@ def test_sigterm_leaves_no_output_and_names_the_line_reached(tmp_path: Path, ckp
     assert "prediction stopped after -:5 (the last line read; 4 sentences predicted) by Terminated: terminated by" \
         " SIGTERM" in err, err[-2000:]
     assert not output.exists() and [p for p in leftovers(tmp_path) if p != "logs"] == []
+
+
+PEAK_RSS = """
+import resource, sys
+from neurocrf.cli.predict import predict
+from neurocrf.cli.utils import compose_task_config
+ckpt, source, output, folder = sys.argv[1:5]
+predict(compose_task_config("predict", folder, [f"ckpt_path={ckpt}", f"input={source}", f"output={output}",
+                                                "input_format=text", "format=jsonl"]))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+@pytest.mark.slow
+def test_memory_stays_flat_from_20k_to_200k_sentences(tmp_path: Path, ckpt: Path, text: list[str]) -> None:
+    """Peak RSS of a whole run (fresh process) at 200,000 sentences within 1.2x of the peak at 20,000."""
+    peaks = {}
+    for size in (20_000, 200_000):
+        source = tmp_path / f"in_{size}.txt"
+        with open(source, "w", encoding="utf-8") as handle:
+            for i in range(size):
+                handle.write(text[i % len(text)] + "\n")
+        output = tmp_path / f"out_{size}.jsonl"
+        done = subprocess.run([sys.executable, "-c", PEAK_RSS, str(ckpt), str(source), str(output), str(tmp_path)],
+                              env=ENV, capture_output=True, text=True, timeout=1800, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with open(output, encoding="utf-8") as handle:
+            assert sum(1 for _ in handle) == size
+        peaks[size] = int(done.stdout.split()[-1])
+        output.unlink()
+    assert peaks[200_000] <= 1.2 * peaks[20_000], peaks
+
+
+def test_the_progress_bar_counts_on_a_terminal_and_is_quiet_elsewhere(capsys: pytest.CaptureFixture) -> None:
+    from neurocrf.inference.progress import Progress
+
+    with Progress(total_bytes=1000, enabled=True) as bar:
+        bar.update(3, 40, bytes_read=500)
+        bar.update(2, 10, bytes_read=1000)
+        bar.bar.refresh()
+    shown = capsys.readouterr().err
+    assert "5 sentences, 50 tokens" in shown and "sentences/s" in shown and "100%" in shown
+    with Progress(total_bytes=None, enabled=True) as bar:
+        bar.update(7, 70)
+        bar.bar.refresh()
+    assert "7 sentences" in capsys.readouterr().err
+    with Progress(total_bytes=1000) as bar:  # stderr is no terminal here
+        bar.update(3, 40, bytes_read=500)
+    assert capsys.readouterr().err == "" and (bar.sentences, bar.tokens) == (3, 40)

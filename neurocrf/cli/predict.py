@@ -82,7 +82,10 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     trainer = to_plain(cfg.get("trainer"), "trainer") or {}
     if cfg.get("resumable") or is_distributed(trainer):
         return predict_sharded(job, model, trainer, checkpoint=str(cfg.ckpt_path), **options)
-    return job.run(model.to(torch.device(cfg.get("device", "cpu"))), progress=cfg.get("progress"), **options)
+    accelerator = str(trainer.get("accelerator", "cpu"))
+    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    device = torch.device(cfg.get("device") or ("cuda" if gpu else "cpu"))
+    return job.run(model.to(device), progress=cfg.get("progress"), **options)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")

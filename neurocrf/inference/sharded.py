@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -270,8 +271,10 @@ def predict_sharded(
     config.update(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
     trainer = pl.Trainer(callbacks=[ShardWriter(key)], **config)
     stream = ShardStream(job.spec, key, batch_size, max_tokens, columns)
-    trainer.predict(model, dataloaders=DataLoader(stream, batch_size=None, collate_fn=_batch),
-                    return_predictions=False)
+    with warnings.catch_warnings():  # the stream has no sampler: the writer needs no batch indices
+        warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
+        trainer.predict(model, dataloaders=DataLoader(stream, batch_size=None, collate_fn=_batch),
+                        return_predictions=False)
     if not trainer.is_global_zero:
         return {"output": job.output, "rank": trainer.global_rank}
     summary = merge_shards(folder, job.output, key)
