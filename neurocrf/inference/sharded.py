@@ -42,6 +42,7 @@ from neurocrf.data.conll import atomic_write_text
 from neurocrf.data.streams import STDIN
 from neurocrf.inference.batching import plan_batches, windows
 from neurocrf.inference.output import AtomicOutput, sigterm_raises
+from neurocrf.inference.progress import Progress
 from neurocrf.inference.run import FilePrediction, check_prediction, model_tokens
 
 log = logging.getLogger(__name__)
@@ -148,9 +149,10 @@ class ShardWriter(BasePredictionWriter):
     """Writes each finished shard and its completion record (module docstring); at the end of
     the loop, waits for every rank, then ends the process group of the run."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, progress: bool | None = None) -> None:
         super().__init__(write_interval="batch")
-        self.key = key
+        self.key, self.progress = key, progress
+        self._bar: Progress | None = None
 
     def write_on_batch_end(self, trainer: pl.Trainer, pl_module: Any, prediction: Any, batch_indices: Any,
                            batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -159,6 +161,11 @@ class ShardWriter(BasePredictionWriter):
             shard.predictions[position] = result
         if batch["done"]:
             self.write_shard(shard, pl_module)
+            if trainer.is_global_zero:  # rank 0 reads the whole input: its position is the run's
+                if self._bar is None:
+                    self._bar = Progress(shard.job.input.source.size, self.progress, "predict (rank 0)")
+                self._bar.update(len(shard.sentences), sum(len(s.tokens) for s in shard.sentences),
+                                 shard.job.input.source.bytes_read)
 
     def write_shard(self, shard: _Shard, model: Any) -> None:
         folder = shard_dir(shard.job.output)
@@ -178,6 +185,9 @@ class ShardWriter(BasePredictionWriter):
         log.info("shard %d: %d sentences written", shard.index, record["sentences"])
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
         trainer.strategy.barrier("shards written")
 
     def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
@@ -251,11 +261,12 @@ def predict_sharded(
     max_tokens: int | None = None,
     precision: str = "32",
     token_columns: list[int] | None = None,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
     """Run ``job`` with ``model`` through ``Trainer(**trainer_config).predict`` (module
     docstring); returns the summary of :meth:`FilePrediction.run` plus ``shards`` and ``reused``
     (shards found complete). ``checkpoint``: the file ``model`` was loaded from (part of the
-    job's fingerprint)."""
+    job's fingerprint); ``progress``: rank 0's progress bar (None: when stderr is a terminal)."""
     if job.input.name == STDIN:
         raise ValueError("input=- (standard input) cannot be shared by several processes or resumed: give a file")
     job.input.source.close()
@@ -269,7 +280,7 @@ def predict_sharded(
         log.info("%s: %d complete shard(s) found, predicting the others", folder, reused)
     config = {k: v for k, v in trainer_config.items() if k != "_target_"}
     config.update(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
-    trainer = pl.Trainer(callbacks=[ShardWriter(key)], **config)
+    trainer = pl.Trainer(callbacks=[ShardWriter(key, progress)], **config)
     stream = ShardStream(job.spec, key, batch_size, max_tokens, columns)
     with warnings.catch_warnings():  # the stream has no sampler: the writer needs no batch indices
         warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
