@@ -355,6 +355,25 @@ def sentence_block(
     >>> sentence_block(Sentence(["EU", "rejects"]), {"pred": ["B-ORG", "O"]})
     'EU\\tB-ORG\\nrejects\\tO\\n\\n'
     """
+    extras = list((extra_columns or {}).values())
+    n = len(sentence.tokens)
+    base: Sequence[str] | None = None
+    if all(len(values) == n for values in extras):
+        if raw_columns and sentence.columns is not None and len(sentence.columns) == n:
+            base, fields = [delimiter.join(row) for row in sentence.columns], sum(map(len, sentence.columns))
+        elif not raw_columns and sentence.tags is None:
+            base, fields = sentence.tokens, n
+        elif not raw_columns and len(sentence.tags or ()) == n:
+            base, fields = [t + delimiter + g for t, g in zip(sentence.tokens, sentence.tags or ())], 2 * n
+    if base is not None and n:
+        text = "\n".join(delimiter.join(parts) for parts in zip(base, *extras))
+        # every value non-empty and without the delimiter or a line break (else the slow path names it)
+        if (text.count(delimiter) == fields + n * (len(extras) - 1) and text.count("\n") == n - 1
+                and "\r" not in text and delimiter * 2 not in text and "\n\n" not in text
+                and f"\n{delimiter}" not in text and f"{delimiter}\n" not in text
+                and text[:1] not in ("", "\n") and text[-1:] != "\n" and not text.startswith(delimiter)
+                and not text.endswith(delimiter)):
+            return text + "\n\n"
     rows = _rows(sentence, 0, {name: [values] for name, values in (extra_columns or {}).items()}, raw_columns)
     _check_values(sentence, rows, delimiter)
     return "".join(delimiter.join(row) + "\n" for row in rows) + "\n"

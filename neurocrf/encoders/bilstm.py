@@ -31,7 +31,7 @@ from neurocrf.encoders.base import (
     sentence_mask,
     with_defaults,
 )
-from neurocrf.encoders.chars import CHAR_KINDS, Dropout, build_char_encoder, char_ids, run_lstm
+from neurocrf.encoders.chars import CACHED_WORDS, CHAR_KINDS, Dropout, build_char_encoder, char_ids, run_lstm
 from neurocrf.encoders.vectors import load_vectors, match_rows
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,7 @@ class BiLSTMPreparer:
         self.lowercase = lowercase
         self.max_word_length = max_word_length
         self.char_cache: dict[str, list[int]] = {}  # char ids of frequent words (chars.char_ids)
+        self.word_cache: dict[str, int] = {}  # word ids of frequent words
 
     def word_id(self, word: str) -> int:
         if self.lowercase:
@@ -157,9 +158,19 @@ class BiLSTMPreparer:
 
     def __call__(self, tokens: list[list[str]]) -> dict[str, Tensor]:
         mask = sentence_mask(tokens)
-        width = mask.shape[1]
-        rows = [[self.word_id(w) for w in sentence] + [0] * (width - len(sentence)) for sentence in tokens]
-        ids = torch.tensor(rows, dtype=torch.long).view(mask.shape)
+        cache = self.word_cache
+        flat = []
+        for sentence in tokens:
+            for word in sentence:
+                found = cache.get(word)
+                if found is None:
+                    found = self.word_id(word)
+                    if len(cache) >= CACHED_WORDS:
+                        cache.clear()
+                    cache[word] = found
+                flat.append(found)
+        ids = torch.zeros(mask.shape, dtype=torch.long)
+        ids[mask] = torch.tensor(flat, dtype=torch.long)
         inputs = {"words": ids, "mask": mask}
         if self.chars is not None:
             inputs["chars"] = char_ids(tokens, self.chars, self.max_word_length, self.char_cache)

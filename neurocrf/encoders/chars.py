@@ -6,11 +6,13 @@ Also home of :func:`run_lstm`, the length-aware (Bi)LSTM runner shared with the 
 
 from __future__ import annotations
 
+from itertools import chain
+
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from neurocrf.encoders.base import Lookup
+from neurocrf.encoders.base import Lookup, sentence_mask
 
 CHAR_KINDS = ("cnn", "lstm")
 
@@ -27,15 +29,10 @@ def char_ids(tokens: list[list[str]], chars: Lookup, max_word_length: int,
     empty word is one unknown character, so every real word has at least one. ``cache`` keeps
     the ids of up to :data:`CACHED_WORDS` words between calls (frequent words are looked up once).
     """
-    width = max((len(s) for s in tokens), default=0)
-    longest = max(1, max((min(len(w), max_word_length) for s in tokens for w in s), default=1))
     get, unk = chars.index.get, chars.unk_id
-    padding = [0] * longest
     cache = {} if cache is None else cache
-    rows: list[list[list[int]]] = []
-    # One padded nested list and a single tensor: a tensor per word costs ~5x more in collation.
+    words: list[list[int]] = []
     for sentence in tokens:
-        row = []
         for word in sentence:
             known = cache.get(word)
             if known is None:
@@ -43,11 +40,16 @@ def char_ids(tokens: list[list[str]], chars: Lookup, max_word_length: int,
                 if len(cache) >= CACHED_WORDS:
                     cache.clear()
                 cache[word] = known
-            ids = known + padding[: longest - len(known)]
-            row.append(ids)
-        row.extend([padding] * (width - len(sentence)))
-        rows.append(row)
-    return torch.tensor(rows, dtype=torch.long).view(len(tokens), width, longest)
+            words.append(known)
+    # Flat ids and two masks: the Python side only looks words up (one tensor per batch).
+    lengths = torch.tensor([len(ids) for ids in words], dtype=torch.long)
+    longest = max(1, int(lengths.max()) if words else 1)
+    per_word = torch.zeros(len(words), longest, dtype=torch.long)
+    per_word[torch.arange(longest) < lengths.unsqueeze(1)] = torch.tensor(list(chain.from_iterable(words)),
+                                                                          dtype=torch.long)
+    out = torch.zeros(len(tokens), max((len(s) for s in tokens), default=0), longest, dtype=torch.long)
+    out[sentence_mask(tokens)] = per_word
+    return out
 
 
 def run_lstm(lstm: nn.LSTM, inputs: Tensor, lengths: Tensor) -> Tensor:
