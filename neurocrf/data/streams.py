@@ -2,9 +2,9 @@
 
 :class:`LineSource` reads a file lazily, one decoded line at a time, keeping the number of the
 line it reached (for error messages and for a run that stops early). ``path="-"`` reads standard
-input; a name ending in ``.gz`` is decompressed on the fly (also on standard input's side: a
-gzip stream piped in is read as gzip when ``gzip=True``). Problems name the file and the line:
-bytes not valid in the encoding, a damaged or truncated gzip file.
+input; a name ending in ``.gz`` is decompressed on the fly (``gzip_input=True`` decompresses any
+stream, e.g. standard input). Problems name the file and the line: bytes not valid in the
+encoding, a damaged or truncated gzip file.
 
 >>> import gzip, os, tempfile
 >>> folder = tempfile.mkdtemp()
