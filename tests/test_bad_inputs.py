@@ -17,7 +17,6 @@ import pytest
 from omegaconf import DictConfig
 from sample_data import sample_data_dir
 
-import neurocrf.cli.predict as predict_module
 from neurocrf.cli.evaluate import evaluate
 from neurocrf.cli.export import export
 from neurocrf.cli.parse import parse
@@ -26,6 +25,7 @@ from neurocrf.cli.supertag_train import train as train_supertagger
 from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import ConllFormatError
+from neurocrf.inference.writers import JsonlWriter
 from neurocrf.models.checkpoints import CheckpointError
 
 EVAL_QUIET = ["~callbacks.progress_bar", "+trainer.enable_progress_bar=false"]
@@ -237,11 +237,11 @@ def test_a_failure_while_writing_leaves_no_partial_file(tmp_path: Path, tagger: 
     source = write(tmp_path, "in.txt", "Peter lives in Berlin\nMary too\n")
     previous = write(tmp_path, "out.jsonl", "the previous predictions\n")
 
-    def fail_halfway(handle, sentences, predictions, scheme) -> None:  # noqa: ANN001 - write_jsonl's signature
-        handle.write('{"tokens": ["Peter"')
+    def fail_halfway(self, sentence, prediction) -> None:  # noqa: ANN001 - JsonlWriter.write's signature
+        self.handle.write('{"tokens": ["Peter"')
         raise OSError("disk full")
 
-    monkeypatch.setattr(predict_module, "write_jsonl", fail_halfway)
+    monkeypatch.setattr(JsonlWriter, "write", fail_halfway)
     with pytest.raises(OSError, match="disk full"):
         run_predict(tmp_path, tagger, source)
     assert previous.read_text() == "the previous predictions\n"

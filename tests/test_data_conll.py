@@ -196,3 +196,39 @@ def test_write_checks_extra_columns_and_raw_columns() -> None:
         write_conll(io.StringIO(), [Sentence(["a"])], extra_tag_columns={"p": [["O", "O"]]})
     with pytest.raises(ValueError, match="raw_columns=True needs"):
         write_conll(io.StringIO(), [Sentence(["a"])], raw_columns=True)
+
+
+def test_sentence_block_writes_what_write_conll_writes_and_refuses_the_same_values() -> None:
+    """Random sentences (empty values, tabs, line breaks in tokens, tags, raw and extra columns):
+    one sentence at a time gives write_conll's text, or the same error."""
+    import random
+
+    from neurocrf.data.conll import sentence_block
+
+    rng = random.Random(0)
+    pieces = ["a", "b", "", "\t", "\n", "\r", " ", "ab"]
+
+    def value() -> str:
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 3)))
+
+    for _ in range(5000):
+        n = rng.randint(0, 4)
+        raw = rng.random() < 0.5
+        sentence = Sentence([value() or "x" for _ in range(n)], tags=[value() for _ in range(n)] if rng.random() < .5
+                            else None, columns=[[value() for _ in range(rng.randint(1, 3))] for _ in range(n)]
+                            if rng.random() < .8 else None, source="f", line=1)
+        extra = {f"e{k}": [value() for _ in range(n)] for k in range(rng.randint(0, 2))}
+        results = []
+        for write in (lambda: sentence_block(sentence, extra, raw_columns=raw),
+                      lambda: _whole(sentence, extra, raw)):
+            try:
+                results.append(write())
+            except ValueError as error:
+                results.append(f"{type(error).__name__}: {error}")
+        assert results[0] == results[1], (sentence, extra, raw)
+
+
+def _whole(sentence: Sentence, extra: dict, raw: bool) -> str:
+    out = io.StringIO()
+    write_conll(out, [sentence], extra_tag_columns={k: [v] for k, v in extra.items()}, raw_columns=raw)
+    return out.getvalue()

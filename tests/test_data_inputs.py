@@ -1,6 +1,7 @@
-"""Input files to tag: the format from the option, the extension or the whole file (never a
-prefix of it), ambiguous files refused with file and line, text input decoded like CoNLL input,
-and the CoNLL reader/writer checks that protect the tag column and the output."""
+"""Input files to tag: the format from the option, the extension or a bounded prefix of the file
+(a first sentence longer than the prefix still read whole), ambiguous files refused with file and
+line, text input decoded like CoNLL input, and the CoNLL reader/writer checks that protect the tag
+column and the output."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """neurocrf.data: column corpora, tag schemes, the sample corpus, splits, batching.
 
 ``conll``       read_conll / write_conll / Sentence / ConllFormatError
-``inputs``      read_input: files to tag, CoNLL or plain text (the format never guessed from a part)
+``inputs``      InputReader: files to tag, read lazily (CoNLL, plain text, JSON lines; format from a prefix)
+``streams``     LineSource: lines of a file, a .gz file or standard input, with file:line errors
 ``schemes``     IOB1, IOB2, BIOES: convert_tags, get_spans, validate_tags
 ``sample``      ensure_sample_corpus (the built-in generated corpus)
 ``splits``      dev and test splits cut out of a training file

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from neurocrf.data.schemes import InvalidTagError, check_scheme, validate_tags
 
@@ -44,7 +44,9 @@ class Sentence:
 
     ``columns[i]`` holds every raw column of token ``i``; ``source`` and ``line`` (1-based line of
     the first token) locate it, ``token_lines[i]`` is the line of token ``i``; ``document`` counts
-    the documents of the file from 0 (a new one starts after each document separator line).
+    the documents of the file from 0 (a new one starts after each document separator line);
+    ``fields`` holds the other fields of a JSON-lines input record (written back with its
+    prediction).
     """
 
     tokens: list[str]
@@ -54,6 +56,7 @@ class Sentence:
     line: int | None = None
     document: int | None = None
     token_lines: list[int] | None = None
+    fields: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -125,16 +128,17 @@ BLANK, SEPARATOR, TOKEN = "blank", "separator", "token"
 
 
 def column_lines(
-    text: str,
+    text: str | Iterable[str],
     delimiter: str | None = None,
     docstart: str | Sequence[str] | None = DOC_PREFIXES,
     comment_prefix: str | None = None,
 ) -> Iterator[tuple[int, str, str, list[str]]]:
-    """The lines of a column file's text as ``(line number, kind, line, fields)``: ``kind`` is
-    :data:`BLANK` (a sentence end), :data:`SEPARATOR` (a document separator line, also a sentence
-    end) or :data:`TOKEN`; comment lines are skipped, a ``\\r`` before the line end dropped."""
+    """The lines of a column file (its whole text, or its lines without line ends) as
+    ``(line number, kind, line, fields)``: ``kind`` is :data:`BLANK` (a sentence end),
+    :data:`SEPARATOR` (a document separator line, also a sentence end) or :data:`TOKEN`; comment
+    lines are skipped, a ``\\r`` before the line end dropped."""
     prefixes = (docstart,) if isinstance(docstart, str) else tuple(docstart or ())
-    for number, raw in enumerate(text.split("\n"), start=1):
+    for number, raw in enumerate(text.split("\n") if isinstance(text, str) else text, start=1):
         line = raw[:-1] if raw.endswith("\r") else raw
         if not line.strip(" \t\f\v"):
             yield number, BLANK, line, []
@@ -157,7 +161,8 @@ def read_conll(
     scheme: str | None = None,
     min_columns: int | None = None,
 ) -> list[Sentence]:
-    """Read a column file into sentences.
+    """Read a column file into sentences (a ``.gz`` file is decompressed; ``"-"`` reads
+    standard input).
 
     Args:
         path: the file.
@@ -178,36 +183,44 @@ def read_conll(
             or one with whitespace around it (``"B-PER "`` in a tab-delimited file), tags invalid
             in ``scheme``, bytes not valid in ``encoding``, or a file without any sentence.
     """
+    from neurocrf.data.streams import LineSource
+
     name = os.fspath(path)
+    return list(iter_conll(LineSource(name, encoding), name, token_column=token_column, tag_column=tag_column,
+                           delimiter=delimiter, docstart=docstart, comment_prefix=comment_prefix, scheme=scheme,
+                           min_columns=min_columns))
+
+
+def iter_conll(
+    lines: Iterable[str],
+    name: str,
+    *,
+    token_column: int = 0,
+    tag_column: int | None = -1,
+    delimiter: str | None = None,
+    docstart: str | Sequence[str] | None = DOC_PREFIXES,
+    comment_prefix: str | None = None,
+    scheme: str | None = None,
+    min_columns: int | None = None,
+) -> Iterator[Sentence]:
+    """The sentences of a column file's ``lines`` (without line ends), one at a time, as
+    :func:`read_conll` reads them (same options, same errors naming ``name`` and the line)."""
     if scheme is not None:
         check_scheme(scheme)
-    text = read_text(name, encoding)
     needed = max(_needed_columns(token_column), _needed_columns(tag_column), min_columns or 0)
-
-    sentences: list[Sentence] = []
     rows: list[list[str]] = []
-    lines: list[int] = []
-    document = 0
-    doc_has_sentences = False
+    numbers: list[int] = []
+    document, doc_has_sentences, any_sentence = 0, False, False
     width: int | None = None
     width_line = 0
 
-    def flush() -> None:
-        nonlocal rows, lines, doc_has_sentences
-        if rows:
-            sentences.append(
-                _make_sentence(rows, lines, token_column, tag_column, name, document, scheme)
-            )
-            doc_has_sentences = True
-        rows, lines = [], []
-
-    for number, kind, line, fields in column_lines(text, delimiter, docstart, comment_prefix):
-        if kind == BLANK:
-            flush()
-            continue
-        if kind == SEPARATOR:
-            flush()
-            if doc_has_sentences:
+    for number, kind, line, fields in column_lines(lines, delimiter, docstart, comment_prefix):
+        if kind != TOKEN:
+            if rows:
+                yield _make_sentence(rows, numbers, token_column, tag_column, name, document, scheme)
+                doc_has_sentences = any_sentence = True
+                rows, numbers = [], []
+            if kind == SEPARATOR and doc_has_sentences:
                 document += 1
                 doc_has_sentences = False
             continue
@@ -225,11 +238,12 @@ def read_conll(
                 f" {width_line}: {line!r}"
             )
         rows.append(fields)
-        lines.append(number)
-    flush()
-    if not sentences:
+        numbers.append(number)
+    if rows:
+        yield _make_sentence(rows, numbers, token_column, tag_column, name, document, scheme)
+        any_sentence = True
+    if not any_sentence:
         raise ConllFormatError(f"{name}:1: no sentences found (empty file or only separators)")
-    return sentences
 
 
 def _needed_columns(column: int | None) -> int:
@@ -324,6 +338,45 @@ def write_conll(
         atomic_write_text(path_or_file, text, encoding)
     else:
         path_or_file.write(text)
+
+
+def sentence_block(
+    sentence: Sentence,
+    extra_columns: Mapping[str, Sequence[str]] | None = None,
+    *,
+    raw_columns: bool = False,
+    delimiter: str = "\t",
+) -> str:
+    """One sentence as :func:`write_conll` writes it (its lines and the blank line after them),
+    with ``extra_columns`` ``{name: one value per token}``; for writing one sentence at a time.
+
+    Raises ValueError / ConllFormatError as :func:`write_conll` does.
+
+    >>> sentence_block(Sentence(["EU", "rejects"]), {"pred": ["B-ORG", "O"]})
+    'EU\\tB-ORG\\nrejects\\tO\\n\\n'
+    """
+    extras = list((extra_columns or {}).values())
+    n = len(sentence.tokens)
+    base: Sequence[str] | None = None
+    if all(len(values) == n for values in extras):
+        if raw_columns and sentence.columns is not None and len(sentence.columns) == n:
+            base, fields = [delimiter.join(row) for row in sentence.columns], sum(map(len, sentence.columns))
+        elif not raw_columns and sentence.tags is None:
+            base, fields = sentence.tokens, n
+        elif not raw_columns and len(sentence.tags or ()) == n:
+            base, fields = [t + delimiter + g for t, g in zip(sentence.tokens, sentence.tags or ())], 2 * n
+    if base is not None and n:
+        text = "\n".join(delimiter.join(parts) for parts in zip(base, *extras))
+        # every value non-empty and without the delimiter or a line break (else the slow path names it)
+        if (text.count(delimiter) == fields + n * (len(extras) - 1) and text.count("\n") == n - 1
+                and "\r" not in text and delimiter * 2 not in text and "\n\n" not in text
+                and f"\n{delimiter}" not in text and f"{delimiter}\n" not in text
+                and text[:1] not in ("", "\n") and text[-1:] != "\n" and not text.startswith(delimiter)
+                and not text.endswith(delimiter)):
+            return text + "\n\n"
+    rows = _rows(sentence, 0, {name: [values] for name, values in (extra_columns or {}).items()}, raw_columns)
+    _check_values(sentence, rows, delimiter)
+    return "".join(delimiter.join(row) + "\n" for row in rows) + "\n"
 
 
 def check_writable(sentences: Iterable[Sentence], *, delimiter: str = "\t", raw_columns: bool = False) -> None:

@@ -31,7 +31,7 @@ from neurocrf.encoders.base import (
     sentence_mask,
     with_defaults,
 )
-from neurocrf.encoders.chars import CHAR_KINDS, Dropout, build_char_encoder, char_ids, run_lstm
+from neurocrf.encoders.chars import CACHED_WORDS, CHAR_KINDS, Dropout, build_char_encoder, char_ids, run_lstm
 from neurocrf.encoders.vectors import load_vectors, match_rows
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,8 @@ class BiLSTMPreparer:
         self.chars = Lookup(chars) if chars is not None else None
         self.lowercase = lowercase
         self.max_word_length = max_word_length
+        self.char_cache: dict[str, list[int]] = {}  # char ids of frequent words (chars.char_ids)
+        self.word_cache: dict[str, int] = {}  # word ids of frequent words
 
     def word_id(self, word: str) -> int:
         if self.lowercase:
@@ -156,12 +158,22 @@ class BiLSTMPreparer:
 
     def __call__(self, tokens: list[list[str]]) -> dict[str, Tensor]:
         mask = sentence_mask(tokens)
-        width = mask.shape[1]
-        rows = [[self.word_id(w) for w in sentence] + [0] * (width - len(sentence)) for sentence in tokens]
-        ids = torch.tensor(rows, dtype=torch.long).view(mask.shape)
+        cache = self.word_cache
+        flat = []
+        for sentence in tokens:
+            for word in sentence:
+                found = cache.get(word)
+                if found is None:
+                    found = self.word_id(word)
+                    if len(cache) >= CACHED_WORDS:
+                        cache.clear()
+                    cache[word] = found
+                flat.append(found)
+        ids = torch.zeros(mask.shape, dtype=torch.long)
+        ids[mask] = torch.tensor(flat, dtype=torch.long)
         inputs = {"words": ids, "mask": mask}
         if self.chars is not None:
-            inputs["chars"] = char_ids(tokens, self.chars, self.max_word_length)
+            inputs["chars"] = char_ids(tokens, self.chars, self.max_word_length, self.char_cache)
         return inputs
 
 
@@ -235,7 +247,12 @@ class BiLSTMEncoder(Encoder):
         """``[B, T, C]`` char ids -> ``[B, T, char_dim_out]``, computed for real words only."""
         batch, width, length = chars.shape
         flat_mask = mask.reshape(-1)
-        features = self.char_encoder(chars.reshape(batch * width, length)[flat_mask])
+        words = chars.reshape(batch * width, length)[flat_mask]
+        if self.training:
+            features = self.char_encoder(words)
+        else:  # each distinct word once (a batch repeats its frequent words)
+            distinct, inverse = torch.unique(words, dim=0, return_inverse=True)
+            features = self.char_encoder(distinct)[inverse]
         out = features.new_zeros(batch * width, features.shape[-1])
         out[flat_mask] = features
         return out.view(batch, width, -1)

@@ -6,36 +6,50 @@ Also home of :func:`run_lstm`, the length-aware (Bi)LSTM runner shared with the 
 
 from __future__ import annotations
 
+from itertools import chain
+
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from neurocrf.encoders.base import Lookup
+from neurocrf.encoders.base import Lookup, sentence_mask
 
 CHAR_KINDS = ("cnn", "lstm")
 
 
-def char_ids(tokens: list[list[str]], chars: Lookup, max_word_length: int) -> Tensor:
+CACHED_WORDS = 50_000
+"""Words whose character ids :func:`char_ids` keeps between calls (given a cache)."""
+
+
+def char_ids(tokens: list[list[str]], chars: Lookup, max_word_length: int,
+             cache: dict[str, list[int]] | None = None) -> Tensor:
     """``[batch, seq_len, max_chars]`` long character ids, 0 = padding.
 
     Words longer than ``max_word_length`` keep their first ``max_word_length`` characters; an
-    empty word is one unknown character, so every real word has at least one.
+    empty word is one unknown character, so every real word has at least one. ``cache`` keeps
+    the ids of up to :data:`CACHED_WORDS` words between calls (frequent words are looked up once).
     """
-    width = max((len(s) for s in tokens), default=0)
-    longest = max(1, max((min(len(w), max_word_length) for s in tokens for w in s), default=1))
     get, unk = chars.index.get, chars.unk_id
-    padding = [0] * longest
-    rows: list[list[list[int]]] = []
-    # One padded nested list and a single tensor: a tensor per word costs ~5x more in collation.
+    cache = {} if cache is None else cache
+    words: list[list[int]] = []
     for sentence in tokens:
-        row = []
         for word in sentence:
-            ids = [get(c, unk) for c in word[:max_word_length]] or [unk]
-            ids.extend(padding[: longest - len(ids)])
-            row.append(ids)
-        row.extend([padding] * (width - len(sentence)))
-        rows.append(row)
-    return torch.tensor(rows, dtype=torch.long).view(len(tokens), width, longest)
+            known = cache.get(word)
+            if known is None:
+                known = [get(c, unk) for c in word[:max_word_length]] or [unk]
+                if len(cache) >= CACHED_WORDS:
+                    cache.clear()
+                cache[word] = known
+            words.append(known)
+    # Flat ids and two masks: the Python side only looks words up (one tensor per batch).
+    lengths = torch.tensor([len(ids) for ids in words], dtype=torch.long)
+    longest = max(1, int(lengths.max()) if words else 1)
+    per_word = torch.zeros(len(words), longest, dtype=torch.long)
+    per_word[torch.arange(longest) < lengths.unsqueeze(1)] = torch.tensor(list(chain.from_iterable(words)),
+                                                                          dtype=torch.long)
+    out = torch.zeros(len(tokens), max((len(s) for s in tokens), default=0), longest, dtype=torch.long)
+    out[sentence_mask(tokens)] = per_word
+    return out
 
 
 def run_lstm(lstm: nn.LSTM, inputs: Tensor, lengths: Tensor) -> Tensor:

@@ -65,7 +65,8 @@ class NBestPath(NamedTuple):
 
 @dataclass
 class Prediction:
-    """A tagged sentence: exactly one tag and one confidence per input token."""
+    """A tagged sentence: exactly one tag and one confidence per input token (no confidences
+    and no spans when predicted with ``confidences=False``)."""
 
     tokens: list[str]
     tags: list[str]
@@ -117,8 +118,10 @@ def build_predictions(
     tags: Sequence[str],
     scheme: str,
     nbest: int = 0,
+    confidences: bool = True,
 ) -> list[Prediction]:
-    """Decode a batch and attach confidences.
+    """Decode a batch and attach confidences: one batched call of the head per quantity
+    (Viterbi, marginals, span windows, n-best), each result turned into Python values once.
 
     Args:
         head: a CRF layer or the softmax head (:class:`~neurocrf.models.heads.TaggingHead`).
@@ -126,27 +129,29 @@ def build_predictions(
             True positions per row.
         tokens: the ``B`` token lists; tags: the ``L`` tag strings; scheme: their scheme.
         nbest: also return this many best sequences per sentence (0: none).
+        confidences: token and span confidences (False: tags only, no marginals).
     """
     emissions = emissions.double()  # exact confidences on long sentences (module docstring)
     paths = head.decode(emissions, mask)  # [B, T]
-    marginals = head.marginals(emissions, mask)  # [B, T, L]
     lengths = mask.sum(-1).tolist()
-    tag_ids = [paths[i, : lengths[i]].tolist() for i in range(len(tokens))]
-    token_conf = marginals.gather(-1, paths.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # [B, T]
-
-    predictions = []
     for i, words in enumerate(tokens):
         if lengths[i] != len(words):
             raise ValueError(f"sentence {i}: {len(words)} tokens but {lengths[i]} mask positions")
-        predictions.append(
-            Prediction(
-                tokens=list(words),
-                tags=[tags[t] for t in tag_ids[i]],
-                scheme=scheme,
-                confidences=token_conf[i, : lengths[i]].tolist(),
-            )
+    path_rows = paths.tolist()
+    if confidences:
+        marginals = head.marginals(emissions, mask)  # [B, T, L]
+        token_conf = marginals.gather(-1, paths.clamp(min=0).unsqueeze(-1)).squeeze(-1).tolist()  # [B, T]
+    predictions = [
+        Prediction(
+            tokens=list(words),
+            tags=[tags[t] for t in path_rows[i][: lengths[i]]],
+            scheme=scheme,
+            confidences=token_conf[i][: lengths[i]] if confidences else [],
         )
-    _attach_spans(head, emissions, mask, predictions, tags, scheme)
+        for i, words in enumerate(tokens)
+    ]
+    if confidences:
+        _attach_spans(head, emissions, mask, predictions, tags, scheme)
     if nbest > 0:
         _attach_nbest(head, emissions, mask, predictions, tags, nbest)
     return predictions
@@ -243,13 +248,13 @@ def _attach_nbest(
     k: int,
 ) -> None:
     paths, scores = head.nbest(emissions, mask, k)  # [B, k, T], [B, k]
+    path_rows, score_rows = paths.tolist(), scores.double().tolist()
     for i, prediction in enumerate(predictions):
         n = len(prediction.tokens)
-        for j in range(paths.shape[1]):
-            score = float(scores[i, j])
+        for ids, score in zip(path_rows[i], score_rows[i]):
             if not math.isfinite(score):  # fewer than k paths exist
                 continue
-            ids = paths[i, j, :n].tolist()
+            ids = ids[:n]
             if any(t < 0 for t in ids):
                 continue
             prediction.nbest.append(NBestPath([tags[t] for t in ids], math.exp(score), score))

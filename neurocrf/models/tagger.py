@@ -19,7 +19,7 @@ hyperparameters, so a checkpoint loads with ``torch.load(path, weights_only=True
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pytorch_lightning as pl
@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from neurocrf.conventions import OUTSIDE
 from neurocrf.encoders import build_encoder
+from neurocrf.inference.batching import DEFAULT_WINDOW, plan_batches, windows
 from neurocrf.models.checkpoints import TAGGER, Checkpointed
 from neurocrf.models.distributed import ProcessGroupTeardown
 from neurocrf.models.full_batch import FullBatchTraining
@@ -131,6 +132,7 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         self.report_prefix = "test"  # <prefix>_report.txt, <prefix>_metrics.json
         self.test_scores: SpanScores | None = None
         self._records = EvaluationRecords()
+        self.prediction_options: dict[str, Any] = {}  # predict_step's nbest, precision, confidences
 
     # ------------------------------------------------------------------ scoring
 
@@ -182,8 +184,10 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         self._evaluation_step(batch, "test")
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> list[Prediction]:
-        emissions = self._emissions(batch)
-        return build_predictions(self.head, emissions, batch["mask"], batch["tokens"], self.tags, self.scheme)
+        """Predictions for a batch's ``tokens`` (empty sentences included), with the options of
+        ``self.prediction_options`` (:meth:`predict_batch`'s keywords)."""
+        tokens = list(batch["tokens"])
+        return self.predict_window(tokens, max(1, len(tokens)), None, **self.prediction_options)
 
     def _evaluation_step(self, batch: dict[str, Any], stage: str) -> None:
         emissions = self._emissions(batch)
@@ -249,48 +253,86 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
     def _training_data_option(self, name: str) -> Any:
         return ((self.hparams.get("config") or {}).get("data") or {}).get(name)
 
-    @torch.no_grad()
     def predict(
         self,
-        sentences: Sequence[Sequence[str] | str],
+        sentences: Iterable[Sequence[str] | str],
         batch_size: int = 32,
         nbest: int = 0,
         precision: str = "32",
+        max_tokens: int | None = None,
+        confidences: bool = True,
     ) -> list[Prediction]:
-        """Tag sentences (token lists, or strings split on whitespace).
+        """Tag sentences (token lists, or strings split on whitespace): :meth:`predict_iter` as a list.
 
         Returns one :class:`Prediction` per sentence, in input order, with exactly one tag and
-        one confidence per token (see :mod:`neurocrf.models.prediction` for the definitions);
-        ``nbest > 0`` also gives the n most probable tag sequences. ``precision="bf16"`` runs the
-        encoder under bfloat16 autocast (about twice as fast on CPUs with AVX512-BF16 or AMX and
-        on GPUs; the CRF still computes in float32 or float64).
+        one confidence per token (see :mod:`neurocrf.models.prediction` for the definitions).
         """
-        if precision not in PREDICT_PRECISIONS:
-            raise ValueError(f"precision must be one of {PREDICT_PRECISIONS}, got {precision!r}")
-        tokenised = [s.split() if isinstance(s, str) else list(s) for s in sentences]
-        results: list[Prediction | None] = [None] * len(tokenised)
-        # Similar lengths together: less padding. Empty sentences need no model (n-best: the empty one).
-        order = sorted((i for i, words in enumerate(tokenised) if words), key=lambda i: len(tokenised[i]))
-        for i, words in enumerate(tokenised):
-            if not words:
-                results[i] = Prediction([], [], self.scheme, nbest=[NBestPath([], 1.0, 0.0)] if nbest > 0 else [])
-        was_training = self.training
-        self.eval()
-        try:
-            for begin in range(0, len(order), batch_size):
-                chunk = order[begin : begin + batch_size]
-                batch_tokens = [tokenised[i] for i in chunk]
-                inputs = {key: value.to(self.device) for key, value in self.encoder.prepare(batch_tokens).items()}
-                lengths = torch.tensor([len(words) for words in batch_tokens], device=self.device)
-                mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
-                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                    emissions = self._emissions({"inputs": inputs, "mask": mask})
-                predictions = build_predictions(
-                    self.head, emissions, mask, batch_tokens, self.tags, self.scheme, nbest=nbest
-                )
-                for i, prediction in zip(chunk, predictions):
-                    results[i] = prediction
-        finally:
-            self.train(was_training)
+        return list(self.predict_iter(sentences, batch_size=batch_size, nbest=nbest, precision=precision,
+                                      max_tokens=max_tokens, confidences=confidences))
+
+    def predict_iter(
+        self,
+        sentences: Iterable[Sequence[str] | str],
+        batch_size: int = 32,
+        nbest: int = 0,
+        precision: str = "32",
+        max_tokens: int | None = None,
+        confidences: bool = True,
+        window: int = DEFAULT_WINDOW,
+    ) -> Iterator[Prediction]:
+        """Tag any iterable of sentences lazily: one :class:`Prediction` per sentence, in input
+        order, holding at most ``window`` sentences at a time (they are sorted by length inside
+        the window and cut into batches of ``batch_size`` sentences and at most ``max_tokens``
+        padded tokens).
+
+        ``nbest > 0`` also gives the n most probable tag sequences; ``confidences=False`` skips
+        the token and span confidences (Viterbi tags only, faster). ``precision="bf16"`` runs
+        the encoder under bfloat16 autocast (about twice as fast on CPUs with AVX512-BF16 or AMX
+        and on GPUs; the CRF still computes in float32 or float64).
+
+        >>> for prediction in tagger.predict_iter(open("corpus.txt"), max_tokens=4096):  # doctest: +SKIP
+        ...     print(prediction.tags)
+        """
+        tokenised = (s.split() if isinstance(s, str) else list(s) for s in sentences)
+        for chunk in windows(tokenised, window):
+            results = self.predict_window(chunk, batch_size, max_tokens, nbest=nbest, precision=precision,
+                                          confidences=confidences)
+            yield from results
+
+    def predict_window(
+        self, tokens: list[list[str]], batch_size: int, max_tokens: int | None = None, **options: Any
+    ) -> list[Prediction]:
+        """Predictions for a window of token lists in their order: batched by length
+        (:func:`~neurocrf.inference.batching.plan_batches`), each batch by :meth:`predict_batch`."""
+        results: list[Prediction | None] = [None] * len(tokens)
+        for batch in plan_batches([len(words) for words in tokens], batch_size, max_tokens):
+            for i, prediction in zip(batch, self.predict_batch([tokens[i] for i in batch], **options)):
+                results[i] = prediction
+        for i, words in enumerate(tokens):
+            if not words:  # no model needed; n-best: the one empty sequence
+                results[i] = Prediction([], [], self.scheme, nbest=[NBestPath([], 1.0, 0.0)] if options.get("nbest")
+                                        else [])
         return results  # type: ignore[return-value]
 
+    @torch.inference_mode()
+    def predict_batch(
+        self, tokens: list[list[str]], nbest: int = 0, precision: str = "32", confidences: bool = True
+    ) -> list[Prediction]:
+        """Predictions for one batch of non-empty token lists: one encoder call, one batched CRF
+        call per quantity (:func:`~neurocrf.models.prediction.build_predictions`)."""
+        if precision not in PREDICT_PRECISIONS:
+            raise ValueError(f"precision must be one of {PREDICT_PRECISIONS}, got {precision!r}")
+        was_training = self.training
+        if was_training:
+            self.eval()
+        try:
+            inputs = {key: value.to(self.device) for key, value in self.encoder.prepare(tokens).items()}
+            lengths = torch.tensor([len(words) for words in tokens], device=self.device)
+            mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                emissions = self._emissions({"inputs": inputs, "mask": mask})
+            return build_predictions(self.head, emissions, mask, tokens, self.tags, self.scheme, nbest=nbest,
+                                     confidences=confidences)
+        finally:
+            if was_training:
+                self.train()

@@ -1,0 +1,295 @@
+"""Prediction over several devices and machines, resumable after a preemption, through
+Lightning's prediction loop.
+
+The input is cut into *shards* of ``window`` consecutive sentences (shard ``c`` holds sentences
+``c * window ..``). Every rank reads the input and predicts the shards ``c`` with
+``c % world_size == rank`` (:class:`ShardStream`); a prediction writer
+(:class:`ShardWriter`, a ``BasePredictionWriter``) writes each finished shard to
+``<output folder>/.<output name>.shards/<c>.part`` (a temporary file renamed into place), then its
+completion record ``<c>.done.json`` (sentences, tokens, bytes, the SHA-256 of the shard, and a
+fingerprint of the job: input file, its size and time, the checkpoint, the output options). After
+the loop, global rank 0 merges the shards in input order into the output (whole or absent, as for
+one process; :mod:`neurocrf.inference.output`) and removes them. The output is byte for byte the
+output of one process: shards are windows of the same reader, written by the same writer.
+
+A re-run with the same input, checkpoint and options (after a preemption, a failed rank, a
+``limit_predict_batches``) finds the shards already complete and predicts only the others. A shard
+counts as complete only when its record names this job and its file has the recorded size and
+hash: a shard cut off while being written (no rename happened), a deleted or altered one is
+predicted again; the records of another job are removed first.
+
+Standard input cannot be shared by several processes: ``input=-`` is refused here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import BasePredictionWriter
+from torch.utils.data import DataLoader, IterableDataset
+
+from neurocrf.data.conll import atomic_write_text
+from neurocrf.data.streams import STDIN
+from neurocrf.inference.batching import plan_batches, windows
+from neurocrf.inference.output import AtomicOutput, sigterm_raises
+from neurocrf.inference.progress import Progress
+from neurocrf.inference.run import FilePrediction, check_prediction, model_tokens
+
+log = logging.getLogger(__name__)
+
+JOB_FILE = "job.json"
+
+
+def is_distributed(trainer: dict[str, Any]) -> bool:
+    """Whether a trainer config asks for more than one process (devices, nodes)."""
+    devices = trainer.get("devices", 1)
+    many = devices not in (1, "1", None, "auto") and not (isinstance(devices, list) and len(devices) == 1)
+    return bool(many or int(trainer.get("num_nodes", 1) or 1) > 1)
+
+
+def shard_dir(output: str) -> Path:
+    """Where the shards of ``output`` live while a run is under way."""
+    target = Path(output)
+    return target.with_name(f".{target.name}.shards")
+
+
+def job_key(job: FilePrediction, checkpoint: str | None, options: dict[str, Any]) -> str:
+    """A fingerprint of what a shard's content depends on: the input file (path, size, time),
+    the checkpoint (same), the output and model options."""
+
+    def stat(path: str | None) -> list[Any]:
+        if not path:
+            return [None]
+        info = os.stat(path)
+        return [str(Path(path).resolve()), info.st_size, info.st_mtime_ns]
+
+    spec = {k: v for k, v in job.spec.items() if k != "output"}
+    described = {"input": stat(job.spec["input"]), "checkpoint": stat(checkpoint), "spec": spec, "options": options}
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def complete_record(folder: Path, shard: int, key: str) -> dict[str, Any] | None:
+    """The completion record of ``shard`` when the shard is complete (module docstring), else None."""
+    record_path, part = folder / f"{shard:08d}.done.json", folder / f"{shard:08d}.part"
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        if record.get("key") != key or part.stat().st_size != record["bytes"] or _digest(part) != record["sha256"]:
+            return None
+        return record
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class _Shard:
+    """One shard on its way through the loop: its sentences and the predictions so far."""
+
+    def __init__(self, job: FilePrediction, index: int, sentences: list[Any], previous_document: int | None,
+                 last: bool) -> None:
+        self.job, self.index, self.sentences, self.last = job, index, sentences, last
+        self.previous_document = previous_document
+        self.predictions: list[Any] = [None] * len(sentences)
+
+
+class ShardStream(IterableDataset):
+    """Batches of this rank's shards that are not complete yet: ``{"tokens", "positions",
+    "shard", "done"}``, ``done`` on the last batch of a shard (a shard of empty sentences only
+    is one batch without tokens)."""
+
+    def __init__(self, spec: dict[str, Any], key: str, batch_size: int, max_tokens: int | None,
+                 token_columns: list[int] | None) -> None:
+        self.spec, self.key, self.batch_size, self.max_tokens = spec, key, batch_size, max_tokens
+        self.token_columns = token_columns
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        rank = torch.distributed.get_rank() if distributed else 0
+        world = torch.distributed.get_world_size() if distributed else 1
+        job = FilePrediction(**self.spec)
+        folder = shard_dir(job.output)
+        previous: int | None = None
+        chunks = windows(job.sentences(), job.window)
+        current = next(chunks, None)
+        index = 0
+        while current is not None:
+            following = next(chunks, None)
+            if index % world == rank and complete_record(folder, index, self.key) is None:
+                shard = _Shard(job, index, current, previous, following is None)
+                tokens = [model_tokens(s, self.token_columns) for s in current]
+                plan = plan_batches([len(t) for t in tokens], self.batch_size, self.max_tokens) or [[]]
+                for number, positions in enumerate(plan):
+                    yield {"tokens": [tokens[i] for i in positions], "positions": positions, "shard": shard,
+                           "done": number == len(plan) - 1}
+            previous = current[-1].document
+            current, index = following, index + 1
+
+
+def _batch(item: dict[str, Any]) -> dict[str, Any]:
+    return item
+
+
+class ShardWriter(BasePredictionWriter):
+    """Writes each finished shard and its completion record (module docstring); at the end of
+    the loop, waits for every rank, then ends the process group of the run."""
+
+    def __init__(self, key: str, progress: bool | None = None) -> None:
+        super().__init__(write_interval="batch")
+        self.key, self.progress = key, progress
+        self._bar: Progress | None = None
+
+    def write_on_batch_end(self, trainer: pl.Trainer, pl_module: Any, prediction: Any, batch_indices: Any,
+                           batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        shard: _Shard = batch["shard"]
+        for position, result in zip(batch["positions"], prediction):
+            shard.predictions[position] = result
+        if batch["done"]:
+            self.write_shard(shard, pl_module)
+            if trainer.is_global_zero:  # rank 0 reads the whole input: its position is the run's
+                if self._bar is None:
+                    self._bar = Progress(shard.job.input.source.size, self.progress, "predict (rank 0)")
+                self._bar.update(len(shard.sentences), sum(len(s.tokens) for s in shard.sentences),
+                                 shard.job.input.source.bytes_read)
+
+    def write_shard(self, shard: _Shard, model: Any) -> None:
+        folder = shard_dir(shard.job.output)
+        part = folder / f"{shard.index:08d}.part"
+        empty = model.predict_window([[]], 1, **model.prediction_options)[0]
+        with AtomicOutput(part) as out:
+            writer = shard.job.writer(out.handle, document=shard.previous_document)
+            for sentence, prediction in zip(shard.sentences, shard.predictions):
+                prediction = prediction if sentence.tokens else empty
+                check_prediction(sentence, prediction)
+                writer.write(sentence, prediction)
+            out.commit()
+        record = {"key": self.key, "shard": shard.index, "last": shard.last, "sentences": len(shard.sentences),
+                  "tokens": sum(len(s.tokens) for s in shard.sentences), "bytes": part.stat().st_size,
+                  "sha256": _digest(part), "first_line": shard.sentences[0].line}
+        atomic_write_text(folder / f"{shard.index:08d}.done.json", json.dumps(record) + "\n")
+        log.info("shard %d: %d sentences written", shard.index, record["sentences"])
+
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        trainer.strategy.barrier("shards written")
+
+    def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        # a gloo / NCCL group left open aborts the worker at exit
+        if stage == "predict" and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def prepare_shards(folder: Path, key: str) -> int:
+    """Make ``folder`` hold only this job's shards: records of another job (and their shards)
+    are removed. Returns how many shards are complete already."""
+    folder.mkdir(parents=True, exist_ok=True)
+    job_file = folder / JOB_FILE
+    try:
+        previous = json.loads(job_file.read_text(encoding="utf-8")).get("key")
+    except (OSError, ValueError, AttributeError):
+        previous = None
+    if previous != key:
+        if previous is not None:
+            log.warning("%s holds the shards of another job (input, checkpoint or options changed): removed", folder)
+        for path in folder.iterdir():
+            path.unlink()
+        atomic_write_text(job_file, json.dumps({"key": key}) + "\n")
+    return sum(complete_record(folder, int(p.name[:8]), key) is not None for p in folder.glob("*.done.json"))
+
+
+def merge_shards(folder: Path, output: str, key: str) -> dict[str, Any]:
+    """Concatenate the complete shards 0, 1, ... up to the last one into ``output`` (whole or
+    absent), then remove the shard folder.
+
+    Raises:
+        RuntimeError: naming the shards that are not complete (the folder is kept: a re-run of
+            the same command predicts only those).
+    """
+    records, missing, index = [], [], 0
+    last_seen = max((int(p.name[:8]) for p in folder.glob("*.done.json")), default=-1)
+    while True:
+        record = complete_record(folder, index, key)
+        if record is None:
+            missing.append(index)
+        else:
+            records.append(record)
+            if record["last"]:
+                break
+        if index > last_seen and missing:
+            break
+        index += 1
+    if missing:
+        raise RuntimeError(
+            f"{output}: shard(s) {missing[:10]}{' ...' if len(missing) > 10 else ''} not complete"
+            f"{' (and the last shard not reached)' if not records or not records[-1]['last'] else ''};"
+            f" {len(records)} complete shard(s) kept in {folder}: run the same command again to predict the rest"
+        )
+    with sigterm_raises(), AtomicOutput(output) as out:
+        for record in records:
+            with open(folder / f"{record['shard']:08d}.part", encoding="utf-8", newline="") as part:
+                shutil.copyfileobj(part, out.handle)
+        out.commit()
+    shutil.rmtree(folder, ignore_errors=True)
+    return {"sentences": sum(r["sentences"] for r in records), "tokens": sum(r["tokens"] for r in records),
+            "shards": len(records)}
+
+
+def predict_sharded(
+    job: FilePrediction,
+    model: Any,
+    trainer_config: dict[str, Any],
+    *,
+    checkpoint: str | None = None,
+    batch_size: int = 32,
+    max_tokens: int | None = None,
+    precision: str = "32",
+    token_columns: list[int] | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Run ``job`` with ``model`` through ``Trainer(**trainer_config).predict`` (module
+    docstring); returns the summary of :meth:`FilePrediction.run` plus ``shards`` and ``reused``
+    (shards found complete). ``checkpoint``: the file ``model`` was loaded from (part of the
+    job's fingerprint); ``progress``: rank 0's progress bar (None: when stderr is a terminal)."""
+    if job.input.name == STDIN:
+        raise ValueError("input=- (standard input) cannot be shared by several processes or resumed: give a file")
+    job.input.source.close()
+    columns = model.token_columns if token_columns is None else list(token_columns)
+    model.prediction_options = {"nbest": job.nbest, "precision": precision, "confidences": job.confidences}
+    options = {"batch_size": batch_size, "max_tokens": max_tokens, **model.prediction_options, "columns": columns}
+    key = job_key(job, checkpoint, options)
+    folder = shard_dir(job.output)
+    reused = prepare_shards(folder, key)
+    if reused:
+        log.info("%s: %d complete shard(s) found, predicting the others", folder, reused)
+    config = {k: v for k, v in trainer_config.items() if k != "_target_"}
+    config.update(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    trainer = pl.Trainer(callbacks=[ShardWriter(key, progress)], **config)
+    stream = ShardStream(job.spec, key, batch_size, max_tokens, columns)
+    with warnings.catch_warnings():  # the stream has no sampler: the writer needs no batch indices
+        warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
+        trainer.predict(model, dataloaders=DataLoader(stream, batch_size=None, collate_fn=_batch),
+                        return_predictions=False)
+    if not trainer.is_global_zero:
+        return {"output": job.output, "rank": trainer.global_rank}
+    summary = merge_shards(folder, job.output, key)
+    if job.output != STDIN:
+        log.info("wrote %d sentences to %s (%d shards, %d reused)", summary["sentences"], job.output,
+                 summary["shards"], reused)
+    return {**summary, "input_format": job.input.format, "output": job.output, "reused": reused}
