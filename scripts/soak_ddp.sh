@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Soak check of the multi-process paths: runs every DDP test of the suite N times (default 50),
-# each time in a fresh pytest process, and prints "N passed, M failed".
+# Soak check of the multi-process paths (training, evaluation, sharded prediction): runs every DDP
+# test of the suite N times (default 50), each time in a fresh pytest process, and prints
+# "N passed, M failed".
 #
 #   bash scripts/soak_ddp.sh 50                  # the DDP tests, 50 times
 #   SOAK_LOG=soak.log bash scripts/soak_ddp.sh 5  # keep each failing run's output in soak.log
 #
 # A run fails on any test failure, including a worker that aborts at exit (SIGABRT): no test of
-# the project retries. The slow end-to-end DDP training test is included (-m "not gpu").
+# the project retries. The slow multi-process tests are included (-m "not gpu").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-50}"
 log="${SOAK_LOG:-/dev/null}"
-tests=(tests/test_ddp.py tests/test_cli_train.py)
-selection="ddp or process_group"
+tests=(tests/test_ddp.py tests/test_cli_train.py tests/test_inference_sharded.py)
+selection="ddp or process_group or two_processes"
 passed=0
 failed=0
 for ((i = 1; i <= runs; i++)); do

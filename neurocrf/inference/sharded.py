@@ -190,11 +190,6 @@ class ShardWriter(BasePredictionWriter):
             self._bar = None
         trainer.strategy.barrier("shards written")
 
-    def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
-        # a gloo / NCCL group left open aborts the worker at exit
-        if stage == "predict" and torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-
 
 def prepare_shards(folder: Path, key: str) -> int:
     """Make ``folder`` hold only this job's shards: records of another job (and their shards)
