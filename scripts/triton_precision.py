@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from neurocrf.structs.chain import Chain, path_score
 from neurocrf.structs.engine import triton as backend
+from neurocrf.structs.engine.chain import Chain, path_score
 
 
 def potentials(length: int, tags: int, order: int, seed: int) -> list[torch.Tensor]:
