@@ -37,10 +37,13 @@ constituent left without words is removed and labels lose their function tags an
 alternatives (``ADVP|PRT``, the annotators' undecided choice) keeps the first, as PARSEVAL-style
 evaluators and grammar extractors for the Penn Treebank do.
 
->>> text = "(S (NP (-NONE- *T*-1)) (VP (VB eat) (NP-1 (NN fish))))"
 >>> from neurocrf.parsing.bracket import parse_penn
->>> parse_penn(text, traces="resolve")[0].tree.discbracket()
-'(S (VP (VB 0) (NP (NN 1))))'
+>>> text = "(SBAR (WHNP-1 (WP what)) (S (NP (PRP I)) (VP (VBD saw) (NP (-NONE- *T*-1)))))"
+>>> tree = parse_penn(text, traces="resolve")[0].tree
+>>> tree.discbracket()
+'(SBAR (S (VP (WHNP (WP 0)) (VBD 2)) (NP (PRP 1))))'
+>>> [(node.label, node.blocks()) for node in tree.subtrees() if node.fanout() > 1]
+[('VP', [(0, 1), (2, 3)])]
 """
 
 from __future__ import annotations
