@@ -130,6 +130,7 @@ def parse_penn(text: str, *, source: str | None = None, id_prefix: str = "", roo
         return bisect.bisect_right(line_starts, offset)
 
     out: list[TreebankSentence] = []
+    unresolved: dict[str, dict[str, int]] = {}  # tree id -> unresolved trace counts
     stack: list[tuple[str, list, int]] = []  # (label, children, offset of "(")
     tokens = list(_tokenize(text))
     pos = 0
@@ -151,7 +152,7 @@ def parse_penn(text: str, *, source: str | None = None, id_prefix: str = "", roo
                 stack[-1][1].append(node)
             else:
                 sent_id = f"{id_prefix}{len(out) + 1}"
-                sentence = _penn_sentence(node, sent_id, root_label, traces == "resolve", counts)
+                sentence = _penn_sentence(node, sent_id, root_label, traces == "resolve", counts, unresolved)
                 if sentence is None:
                     raise TreebankFormatError(source, line_of(node[2]), "tree without words")
                 out.append(sentence)
@@ -165,18 +166,21 @@ def parse_penn(text: str, *, source: str | None = None, id_prefix: str = "", roo
         pos += 1
     if stack:
         raise TreebankFormatError(source, line_of(stack[0][2]), "tree not closed at end of input")
+    if unresolved:
+        log.info("%s: traces left unresolved (kept as empty elements, removed) in %d tree(s): %s",
+                 source or "<input>", len(unresolved), unresolved)
     return out
 
 
-def _penn_sentence(raw: tuple, sent_id: str, root_label: str, resolve: bool,
-                   counts: Counter[str] | None) -> TreebankSentence | None:
+def _penn_sentence(raw: tuple, sent_id: str, root_label: str, resolve: bool, counts: Counter[str] | None,
+                   unresolved: dict[str, dict[str, int]]) -> TreebankSentence | None:
     words: list[str] = []
     node = penn_node(raw, words)
     if resolve:
         found = resolve_traces(node)
-        unresolved = {k: v for k, v in found.items() if k.split()[0] in ("missing", "cycle")}
-        if unresolved:
-            log.warning("tree %s: trace(s) left unresolved: %s", sent_id, dict(unresolved))
+        left = {k: v for k, v in found.items() if k.split()[0] in ("missing", "cycle") and v}
+        if left:
+            unresolved[sent_id] = left
         if counts is not None:
             counts.update(found)
     tree = penn_to_tree(node)
