@@ -32,3 +32,29 @@ def test_table_averages_finished_seeds_and_names_the_rest(tmp_path: Path) -> Non
     assert "| **bilstm, mean ± sd (n = 2)** | 85.00 ± 7.07 | 85.00 ± 7.07 | 50.00 ± 14.14 |" in table
     assert "20.0 ± 14.1 | 40.0 ± 28.3 |" in table
     assert table.rstrip().endswith("not finished: minilm_seed1")
+
+
+def test_driver_skips_finished_runs_and_resumes_from_the_last_checkpoint(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    fake = tmp_path / "fake_python"
+    fake.write_text('#!/usr/bin/env bash\necho "$@" >> "$CALLS"\n', encoding="utf-8")
+    fake.chmod(0o755)
+    runs = tmp_path / "runs"
+    write_run(runs / "bilstm_seed1", 0.8, 0.4, 10.0)
+    (runs / "bilstm_seed2" / "checkpoints").mkdir(parents=True)
+    (runs / "bilstm_seed2" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    env = {**os.environ, "RUNS_DIR": str(runs), "PYTHON": str(fake), "CALLS": str(tmp_path / "calls")}
+    done = subprocess.run(["bash", str(root / "scripts" / "ptb_supertag_runs.sh"), "bilstm:1", "bilstm:2",
+                           "minilm:3"], env=env, capture_output=True, text=True, check=True)
+    assert "bilstm_seed1: done, skipped" in done.stdout
+    calls = (tmp_path / "calls").read_text(encoding="utf-8").splitlines()
+    assert calls == [
+        f"-m neurocrf.cli.supertag_train experiment=ptb_supertagger_bilstm seed=2 hydra.run.dir={runs}/bilstm_seed2"
+        f" ckpt_path={runs}/bilstm_seed2/checkpoints/last.ckpt",
+        f"-m neurocrf.cli.supertag_train experiment=ptb_supertagger_minilm seed=3 hydra.run.dir={runs}/minilm_seed3"]
+    bad = subprocess.run(["bash", str(root / "scripts" / "ptb_supertag_runs.sh"), "lstm:1"], env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "bad run lstm:1" in bad.stderr
