@@ -96,7 +96,8 @@ def _guess_format(path: Path) -> str:
 def read_treebank(path: str | os.PathLike, fmt: str | None = None, **options) -> list[TreebankSentence]:
     """Read a treebank. ``fmt`` is one of :data:`FORMATS` (guessed from the path if None: a folder
     is Alpino, ``.export``, ``.discbracket``/``.dbr``, ``.mrg``). ``options`` go to the reader
-    (e.g. ``fmt_version=4`` -> export ``fmt``, ``root_label=...``, ``limit=`` for Alpino)."""
+    (e.g. ``fmt_version=4`` -> export ``fmt``, ``root_label=...``, ``limit=`` for Alpino,
+    ``traces="resolve"`` for Penn brackets: :func:`~neurocrf.parsing.bracket.read_penn`)."""
     path = Path(path)
     fmt = fmt or _guess_format(path)
     if fmt == "alpino":
