@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from neurocrf.parsing.bracket import parse_penn
+from neurocrf.parsing.bracket import parse_penn, read_penn
 from neurocrf.parsing.traces import penn_label
 from neurocrf.parsing.tree import Tree
 
@@ -124,3 +124,14 @@ def test_labels_lose_function_tags_indices_and_alternatives() -> None:
                                     "-LRB-", "PRP$")] == ["NP", "NP", "S", "ADVP", "ADVP", "-NONE-", "-LRB-", "PRP$"]
     (sentence,) = parse_penn("( (S (VP (VB give) (ADVP|PRT (RB up))) (-LRB- -LRB-)) )")
     assert sentence.tree == Tree.parse("(ROOT (S (VP (VB 0) (ADVP (RB 1))) (-LRB- 2)))")
+
+
+def test_reader_counts_and_logs_unresolved_traces_with_file_and_tree(tmp_path, caplog) -> None:
+    path = tmp_path / "wsj_0004.mrg"
+    path.write_text(WH + "\n" + PARENTHETICAL + "\n", encoding="utf-8")
+    counts: Counter = Counter()
+    with caplog.at_level("INFO", logger="neurocrf.parsing.bracket"):
+        first, second = read_penn(path, traces="resolve", counts=counts)
+    assert second.id == "wsj_0004:2" and second.tree == Tree.parse(PARENTHETICAL_TREE)
+    assert +counts == Counter({"resolved *T*": 1, "cycle *T*": 1})
+    assert f"{path}: traces left unresolved" in caplog.text and "'wsj_0004:2': {'cycle *T*': 1}" in caplog.text
