@@ -6,7 +6,7 @@ Reads ``<RUNS_DIR>/<encoder>_seed<N>/parse_{dev,test}_report.json`` (written whe
 parsed its dev and test splits with its best checkpoint) and prints a markdown table: one row per
 finished run (dev F1, test F1, Dis-F1, coverage, supertag accuracy, sentences/s of tagging +
 parsing, parsing alone), then per encoder the mean ± sample standard deviation over the finished
-seeds (n), and the runs not finished yet.
+seeds (n; sd ``-`` for one seed), and the runs not finished yet.
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ def format_table(done: dict[str, list[tuple[int, dict[str, Any]]]], pending: lis
         cells = []
         for split, key, _ in COLUMNS:
             values = [_value(reports[split], key) for _, reports in entries]
-            sd = statistics.stdev(values) if len(values) > 1 else float("nan")
             digits = 1 if key.endswith("per_second") else 2
-            cells.append(f"{statistics.mean(values):.{digits}f} ± {sd:.{digits}f}")
+            sd = f"{statistics.stdev(values):.{digits}f}" if len(values) > 1 else "-"
+            cells.append(f"{statistics.mean(values):.{digits}f} ± {sd}")
         lines.append(f"| **{encoder}, mean ± sd (n = {len(entries)})** | " + " | ".join(cells) + " |")
     if pending:
         lines.append("")

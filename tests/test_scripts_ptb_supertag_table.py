@@ -32,6 +32,10 @@ def test_table_averages_finished_seeds_and_names_the_rest(tmp_path: Path) -> Non
     assert "| **bilstm, mean ± sd (n = 2)** | 85.00 ± 7.07 | 85.00 ± 7.07 | 50.00 ± 14.14 |" in table
     assert "20.0 ± 14.1 | 40.0 ± 28.3 |" in table
     assert table.rstrip().endswith("not finished: minilm_seed1")
+    write_run(tmp_path / "minilm_seed1" / "x", 0.7, 0.5, 5.0)  # a stray folder does not count
+    write_run(tmp_path / "minilm_seed4", 0.7, 0.5, 5.0)
+    done, pending = collect(tmp_path)
+    assert "| **minilm, mean ± sd (n = 1)** | 70.00 ± - |" in format_table(done, pending)
 
 
 def test_driver_skips_finished_runs_and_resumes_from_the_last_checkpoint(tmp_path: Path) -> None:
