@@ -48,9 +48,12 @@ def extract(cfg: DictConfig) -> dict[str, Any]:
     corpora = {}
     roots: set[str] = set()
     for split in SPLITS:
-        corpora[split], split_roots = supertag_corpus(
-            treebanks[split], move_punctuation=bool(options["move_punctuation"]),
-            h=int(options["h"]), v=int(options["v"]))
+        try:
+            corpora[split], split_roots = supertag_corpus(
+                treebanks[split], move_punctuation=bool(options["move_punctuation"]),
+                h=int(options["h"]), v=int(options["v"]))
+        except ValueError as err:  # names the sentence; add the treebank it comes from
+            raise ValueError(f"treebank {options['path']}: {err}") from None
         if split == "train":
             roots = split_roots
         write_supertag_corpus(output / f"{split}.supertags", corpora[split])

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.parsers import expat
 
-from neurocrf.parsing.tree import Tree, TreebankFormatError, TreebankSentence
+from neurocrf.parsing.tree import Tree, TreebankFormatError, TreebankSentence, natural_key
 
 __all__ = ["read_alpino", "read_alpino_file", "parse_alpino_xml", "TreebankFormatError"]
 
@@ -150,17 +150,13 @@ def read_alpino_file(path: str | os.PathLike) -> TreebankSentence:
     return parse_alpino_xml(path.read_bytes(), sent_id=path.stem, source=str(path))
 
 
-def _numeric_key(path: Path) -> tuple[int, int | str]:
-    return (0, int(path.stem)) if path.stem.isdigit() else (1, path.stem)
-
-
 def read_alpino(directory: str | os.PathLike, limit: int | None = None) -> list[TreebankSentence]:
-    """Read every ``*.xml`` file of a folder, ordered numerically by file name (``2.xml`` before
-    ``10.xml``; non-numeric names after, alphabetically)."""
+    """Read every ``*.xml`` file of a folder, ordered by file name with numbers compared as
+    numbers (``2.xml`` before ``10.xml``; :func:`~neurocrf.parsing.tree.natural_key`)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"Alpino treebank folder not found: {directory}")
-    files = sorted(directory.glob("*.xml"), key=_numeric_key)
+    files = sorted(directory.glob("*.xml"), key=lambda f: natural_key(f.name))
     if not files:
         raise TreebankFormatError(directory, None, "no *.xml files in this folder")
     if limit is not None:

@@ -12,30 +12,37 @@ the comment ``checked``. That is how ids are written (``write_ids``): disco-dop 
 ``--sentid`` output, ``17|(S ...)``, has the id ``17``. ``id_from_comment=True`` takes a whole
 comment as the id (files written as ``(S ...)<TAB>17``).
 
-Penn brackets (continuous trees, e.g. the WSJ ``.mrg`` files): any number of trees per file,
-spread over lines. ``-NONE-`` elements are removed, and so are constituents left empty by that;
-function tags and co-indices are stripped from labels (``NP-SBJ-1`` -> ``NP``, ``PP=2`` -> ``PP``;
-``-LRB-``-style labels are kept); the unlabeled outer bracket ``( (S ...) )`` becomes ``ROOT``.
-Traces are not resolved into discontinuous constituents.
+Penn brackets (e.g. the WSJ ``.mrg`` files): any number of trees per file, spread over lines.
+With ``traces="resolve"`` the fillers of co-indexed ``*T*``, ``*ICH*``, ``*EXP*`` and ``*RNR*``
+traces move to their traces, which makes their new ancestors discontinuous (Evang & Kallmeyer's
+DPTB; :mod:`.traces`); with ``traces="remove"`` (the default) the trees stay continuous. Then
+``-NONE-`` elements are removed, and so are constituents left empty by that; function tags and
+co-indices are stripped from labels (``NP-SBJ-1`` -> ``NP``, ``PP=2`` -> ``PP``; ``-LRB-``-style
+labels are kept) and ``ADVP|PRT`` keeps its first alternative; the unlabeled outer bracket
+``( (S ...) )`` becomes ``ROOT``.
 """
 
 from __future__ import annotations
 
 import bisect
 import io
+import logging
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Iterable, TextIO
 
+from neurocrf.parsing.traces import TRACE_MODES, penn_node, penn_to_tree, resolve_traces, strip_function_tags
 from neurocrf.parsing.tree import (
-    Tree,
     TreebankFormatError,
     TreebankSentence,
     _tokenize,
     parse_bracketed,
     read_text_lines,
 )
+
+log = logging.getLogger(__name__)
 
 __all__ = ["read_discbracket", "parse_discbracket", "write_discbracket", "discbracket_line",
            "read_penn", "parse_penn", "strip_function_tags"]
@@ -141,34 +148,30 @@ def write_discbracket(target: str | os.PathLike | TextIO, sentences: Iterable[Tr
 
 
 # ---------------------------------------------------------------------------- Penn brackets
-_FUNCTION = re.compile(r"^([^-=]+)[-=].*$")
+def read_penn(path: str | os.PathLike, *, encoding: str = "utf-8", root_label: str = "ROOT",
+              traces: str = "remove", counts: Counter[str] | None = None) -> list[TreebankSentence]:
+    """Read a Penn Treebank bracket file; ids are ``<file stem>:<n>`` (1-based).
 
-
-def strip_function_tags(label: str) -> str:
-    """``NP-SBJ-1`` -> ``NP``, ``PP=2`` -> ``PP``; ``-NONE-``, ``-LRB-`` unchanged."""
-    if label.startswith("-"):
-        return label
-    match = _FUNCTION.match(label)
-    return match.group(1) if match else label
-
-
-def read_penn(path: str | os.PathLike, *, encoding: str = "utf-8",
-              root_label: str = "ROOT") -> list[TreebankSentence]:
-    """Read a Penn Treebank bracket file; ids are ``<file stem>:<n>`` (1-based)."""
+    ``traces``: ``"resolve"`` or ``"remove"`` (see the module docstring); ``counts``, if given, is
+    updated with the trace counts of :func:`~neurocrf.parsing.traces.resolve_traces`; traces
+    left unresolved are logged (file and tree id) either way."""
     path = Path(path)
     return parse_penn("".join(read_text_lines(path, encoding)), source=str(path),
-                      id_prefix=path.stem + ":", root_label=root_label)
+                      id_prefix=path.stem + ":", root_label=root_label, traces=traces, counts=counts)
 
 
-def parse_penn(text: str, *, source: str | None = None, id_prefix: str = "",
-               root_label: str = "ROOT") -> list[TreebankSentence]:
+def parse_penn(text: str, *, source: str | None = None, id_prefix: str = "", root_label: str = "ROOT",
+               traces: str = "remove", counts: Counter[str] | None = None) -> list[TreebankSentence]:
     """Parse Penn bracket text holding any number of trees (see the module docstring)."""
+    if traces not in TRACE_MODES:
+        raise ValueError(f"traces must be one of {TRACE_MODES}, got {traces!r}")
     line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
 
     def line_of(offset: int) -> int:
         return bisect.bisect_right(line_starts, offset)
 
     out: list[TreebankSentence] = []
+    unresolved: dict[str, dict[str, int]] = {}  # tree id -> unresolved trace counts
     stack: list[tuple[str, list, int]] = []  # (label, children, offset of "(")
     tokens = list(_tokenize(text))
     pos = 0
@@ -189,7 +192,8 @@ def parse_penn(text: str, *, source: str | None = None, id_prefix: str = "",
             if stack:
                 stack[-1][1].append(node)
             else:
-                sentence = _penn_sentence(node, f"{id_prefix}{len(out) + 1}", root_label)
+                sent_id = f"{id_prefix}{len(out) + 1}"
+                sentence = _penn_sentence(node, sent_id, root_label, traces == "resolve", counts, unresolved)
                 if sentence is None:
                     raise TreebankFormatError(source, line_of(node[2]), "tree without words")
                 out.append(sentence)
@@ -203,23 +207,24 @@ def parse_penn(text: str, *, source: str | None = None, id_prefix: str = "",
         pos += 1
     if stack:
         raise TreebankFormatError(source, line_of(stack[0][2]), "tree not closed at end of input")
+    if unresolved:
+        log.info("%s: traces left unresolved (kept as empty elements, removed) in %d tree(s): %s",
+                 source or "<input>", len(unresolved), unresolved)
     return out
 
 
-def _penn_sentence(node: tuple, sent_id: str, root_label: str) -> TreebankSentence | None:
+def _penn_sentence(raw: tuple, sent_id: str, root_label: str, resolve: bool, counts: Counter[str] | None,
+                   unresolved: dict[str, dict[str, int]]) -> TreebankSentence | None:
     words: list[str] = []
-
-    def convert(n: tuple) -> Tree | None:
-        label, children, _ = n
-        if len(children) == 1 and isinstance(children[0], str):  # preterminal
-            if label == "-NONE-":
-                return None
-            words.append(children[0])
-            return Tree(label, [len(words) - 1])
-        kids = [t for t in (convert(c) for c in children) if t is not None]
-        return Tree(strip_function_tags(label), kids) if kids else None
-
-    tree = convert(node)
+    node = penn_node(raw, words)
+    if resolve:
+        found = resolve_traces(node)
+        left = {k: v for k, v in found.items() if k.split()[0] in ("missing", "cycle") and v}
+        if left:
+            unresolved[sent_id] = left
+        if counts is not None:
+            counts.update(found)
+    tree = penn_to_tree(node)
     if tree is None:
         return None
     if not tree.label:

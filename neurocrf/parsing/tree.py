@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -39,7 +40,19 @@ __all__ = [
     "escape_label",
     "unescape_label",
     "random_tree",
+    "natural_key",
 ]
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key that orders the digit runs of ``text`` by number: ``wsj_0001:2`` before
+    ``wsj_0001:10``, ``2.xml`` before ``10.xml`` (ties such as ``01`` / ``1``: by the text).
+
+    >>> sorted(["s:10", "s:2", "t:1", "s:1"], key=natural_key)
+    ['s:1', 's:2', 's:10', 't:1']
+    """
+    parts = re.split(r"(\d+)", text)  # text, number, text, ...: same types at the same places
+    return (tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), text)
 
 def escape_word(word: str) -> str:
     """Word -> bracket-safe token: ``(`` and ``)`` become ``#LRB#`` / ``#RRB#``, as disco-dop

@@ -5,9 +5,11 @@ export 3/4, :mod:`.export`), ``discbracket`` and ``bracket`` (Penn; read only) (
 All readers return ``list[TreebankSentence]`` and raise :class:`TreebankFormatError` (a
 ValueError naming file and line) on malformed input.
 
-Split (:func:`split_treebank`): sentences are ordered by numeric id; the last 10% (rounded down)
-are the test set, the 10% before them the dev set, the rest train. For the Alpino ``cdb`` folder
-(7,136 files with ids 0..7153, a few numbers unused) that is train = ids 0..5724 (5,710
+Split (:func:`split_treebank`): sentences are ordered by id, numbers inside ids compared as
+numbers (:func:`~neurocrf.parsing.tree.natural_key`: ``wsj_0001:2`` before ``wsj_0001:10``); the
+last 10% (rounded down) are the test set, the 10% before them the dev set, the rest train. A
+treebank of several files can be split by file instead (``split_files``, :func:`split_by_file`).
+For the Alpino ``cdb`` folder (7,136 files with ids 0..7153, a few numbers unused) that is train = ids 0..5724 (5,710
 sentences), dev = ids 5725..6440 (713), test = ids 6441..7153 (713).
 
 A *treebank config* (``configs/treebank/*.yaml``, a plain dict; :data:`TREEBANK_DEFAULTS`) says
@@ -21,6 +23,9 @@ reads and splits it::
     move_punctuation: true                  # re-attach punctuation inside the tree first
     dev: 0.1                                # split fractions (deterministic, by sentence id)
     test: 0.1
+    split_files: null                       # or {dev: [first, last], test: [first, last]}: the
+                                            # files (id before the last ':') in these ranges,
+                                            # numbers compared as numbers; the rest is train
     h: 0                                    # markovization of the binarization
     v: 1
     generate: null                          # {sentences, seed, max_words}: write a random
@@ -40,11 +45,11 @@ from neurocrf.conventions import SPLITS
 from neurocrf.parsing.alpino import read_alpino
 from neurocrf.parsing.bracket import read_discbracket, read_penn, write_discbracket
 from neurocrf.parsing.export import read_export, write_export
-from neurocrf.parsing.tree import TreebankFormatError, TreebankSentence, random_tree
+from neurocrf.parsing.tree import TreebankFormatError, TreebankSentence, natural_key, random_tree
 
 __all__ = ["FORMATS", "SPLITS", "TREEBANK_DEFAULTS", "TreebankFormatError", "check_split", "data_root",
-           "load_split", "load_treebank", "read_treebank", "select_split", "split_treebank", "treebank_options",
-           "write_sample_treebank", "write_treebank"]
+           "load_split", "load_treebank", "read_treebank", "select_split", "split_by_file",
+           "split_treebank", "treebank_options", "write_sample_treebank", "write_treebank"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,7 @@ TREEBANK_DEFAULTS: dict[str, Any] = {
     "move_punctuation": True,
     "dev": 0.1,
     "test": 0.1,
+    "split_files": None,
     "h": 0,
     "v": 1,
     "generate": None,
@@ -90,7 +96,8 @@ def _guess_format(path: Path) -> str:
 def read_treebank(path: str | os.PathLike, fmt: str | None = None, **options) -> list[TreebankSentence]:
     """Read a treebank. ``fmt`` is one of :data:`FORMATS` (guessed from the path if None: a folder
     is Alpino, ``.export``, ``.discbracket``/``.dbr``, ``.mrg``). ``options`` go to the reader
-    (e.g. ``fmt_version=4`` -> export ``fmt``, ``root_label=...``, ``limit=`` for Alpino)."""
+    (e.g. ``fmt_version=4`` -> export ``fmt``, ``root_label=...``, ``limit=`` for Alpino,
+    ``traces="resolve"`` for Penn brackets: :func:`~neurocrf.parsing.bracket.read_penn`)."""
     path = Path(path)
     fmt = fmt or _guess_format(path)
     if fmt == "alpino":
@@ -103,7 +110,7 @@ def read_treebank(path: str | os.PathLike, fmt: str | None = None, **options) ->
     if fmt == "bracket":
         if path.is_dir():
             out: list[TreebankSentence] = []
-            for f in sorted(path.glob("*.mrg")):
+            for f in sorted(path.glob("*.mrg"), key=lambda f: natural_key(f.name)):
                 out.extend(read_penn(f, **options))
             return out
         return read_penn(path, **options)
@@ -123,22 +130,49 @@ def write_treebank(target: str | os.PathLike | TextIO, sentences: Iterable[Treeb
         raise ValueError(f"cannot write treebank format {fmt!r}; expected 'discbracket' or 'export'")
 
 
-def _id_key(sentence: TreebankSentence) -> tuple[int, int | str]:
-    return (0, int(sentence.id)) if sentence.id.isdigit() else (1, sentence.id)
-
-
 def split_treebank(sentences: Sequence[TreebankSentence], dev: float = 0.1,
                    test: float = 0.1) -> dict[str, list[TreebankSentence]]:
-    """Deterministic split by numeric id: last ``test`` fraction -> test, the ``dev`` fraction
-    before it -> dev, the rest -> train (fractions of the total, rounded down)."""
+    """Deterministic split by id (numbers compared as numbers): last ``test`` fraction -> test, the
+    ``dev`` fraction before it -> dev, the rest -> train (fractions of the total, rounded down)."""
     if not (0 <= dev < 1 and 0 <= test < 1 and dev + test < 1):
         raise ValueError(f"bad split fractions dev={dev}, test={test}")
-    ordered = sorted(sentences, key=_id_key)
+    ordered = sorted(sentences, key=lambda s: natural_key(s.id))
     n = len(ordered)
     n_test, n_dev = int(n * test + 1e-9), int(n * dev + 1e-9)
     n_train = n - n_test - n_dev
     return {"train": ordered[:n_train], "dev": ordered[n_train:n_train + n_dev],
             "test": ordered[n_train + n_dev:]}
+
+
+def split_by_file(sentences: Sequence[TreebankSentence],
+                  ranges: Mapping[str, Sequence[str]]) -> dict[str, list[TreebankSentence]]:
+    """Split by the file a sentence comes from: its id up to the last ``:`` (``wsj_0160:3`` ->
+    ``wsj_0160``; the whole id if it has none). ``ranges`` maps ``dev`` and ``test`` to
+    ``[first, last]`` file names (inclusive, numbers compared as numbers); the other files are
+    train. Each split keeps id order.
+
+    >>> from neurocrf.parsing.tree import Tree
+    >>> s = [TreebankSentence(f"wsj_{f:04d}:{i}", ["a"], Tree("S", [0])) for f in (1, 2, 3) for i in (1, 2)]
+    >>> parts = split_by_file(s, {"dev": ["wsj_0002", "wsj_0002"], "test": ["wsj_0003", "wsj_0003"]})
+    >>> {name: [x.id for x in part] for name, part in parts.items()}["dev"]
+    ['wsj_0002:1', 'wsj_0002:2']
+    """
+    unknown = sorted(set(ranges) - {"dev", "test"})
+    if unknown or not ranges:
+        raise ValueError(f"split_files maps 'dev' and/or 'test' to [first, last] file names, got {dict(ranges)}")
+    bounds = {}
+    for name, pair in ranges.items():
+        if len(pair) != 2 or natural_key(str(pair[0])) > natural_key(str(pair[1])):
+            raise ValueError(f"split_files.{name} must be [first, last] with first <= last, got {list(pair)}")
+        bounds[name] = (natural_key(str(pair[0])), natural_key(str(pair[1])))
+    out: dict[str, list[TreebankSentence]] = {"train": [], "dev": [], "test": []}
+    for sentence in sorted(sentences, key=lambda s: natural_key(s.id)):
+        key = natural_key(sentence.id.rpartition(":")[0] or sentence.id)
+        hits = [name for name, (lo, hi) in bounds.items() if lo <= key <= hi]
+        if len(hits) > 1:
+            raise ValueError(f"split_files ranges overlap at {sentence.id}: {hits}")
+        out[hits[0] if hits else "train"].append(sentence)
+    return out
 
 
 def select_split(splits: Mapping[str, Sequence[TreebankSentence]], split: str) -> list[TreebankSentence]:
@@ -224,6 +258,8 @@ def load_treebank(config: Mapping[str, Any]) -> dict[str, list[TreebankSentence]
         sentences = sentences[: int(options["limit"])]
     if not sentences:
         raise ValueError(f"treebank {path} holds no sentences")
+    if options["split_files"]:
+        return split_by_file(sentences, dict(options["split_files"]))
     return split_treebank(sentences, dev=float(options["dev"]), test=float(options["test"]))
 
 
