@@ -105,7 +105,7 @@ def test_extract_on_a_penn_treebank_round_trips_the_resolved_trees(tmp_path: Pat
 
 def test_reserved_label_is_refused_naming_file_and_tree(tmp_path: Path) -> None:
     path = tmp_path / "t.discbracket"
-    path.write_text("(ROOT (S (A 0=a) (B 1=b)))\tfirst\n(ROOT (S|X (A 0=a) (B 1=b)))\tsecond\n", encoding="utf-8")
+    path.write_text("(ROOT (S (A 0=a) (B 1=b)))\tid=first\n(ROOT (S|X (A 0=a) (B 1=b)))\tid=second\n", encoding="utf-8")
     cfg = compose_task_config("extract", tmp_path / "out", [
         f"treebank.path={path}", "treebank.generate=null", "treebank.dev=0", "treebank.test=0"])
     with pytest.raises(ValueError, match=rf"treebank {path}: sentence second: label 'S\|X' contains reserved"):
