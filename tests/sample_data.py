@@ -16,3 +16,19 @@ def sample_data_dir(tmp_path_factory: pytest.TempPathFactory, *, seed: int, trai
     folder = tmp_path_factory.mktemp("data")
     ensure_sample_corpus(folder / "sample", seed=seed, train_size=train_size, dev_size=dev_size, test_size=test_size)
     return folder
+
+
+# a BiLSTM-char tagger small enough to train in seconds: one epoch, no logger, no progress bar
+TINY_TAGGER = ["encoder.word_dim=16", "encoder.char_dim=8", "encoder.char_hidden=8", "encoder.hidden_size=16",
+               "data.batch_size=16", "~logger", "test=false", "trainer.max_epochs=1", "~callbacks.progress_bar",
+               "+trainer.enable_progress_bar=false"]
+
+
+def tiny_tagger_checkpoint(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """``last.ckpt`` of a :data:`TINY_TAGGER` trained on ``data_dir``'s sample corpus."""
+    from neurocrf.cli.train import train
+    from neurocrf.cli.utils import compose_task_config
+
+    out = tmp_path_factory.mktemp("train")
+    train(compose_task_config("train", out, TINY_TAGGER, data_dir))
+    return out / "checkpoints" / "last.ckpt"

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
-from sample_data import sample_data_dir
+from sample_data import sample_data_dir, tiny_tagger_checkpoint
 
 from neurocrf.cli.predict import predict
-from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import ConllFormatError, read_conll
 from neurocrf.data.inputs import PREFIX_TOKEN_LINES, InputReader, detect_input_format
@@ -28,9 +27,6 @@ from neurocrf.inference.output import Terminated
 from neurocrf.models.tagger import Tagger
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["encoder.word_dim=16", "encoder.char_dim=8", "encoder.char_hidden=8", "encoder.hidden_size=16",
-        "data.batch_size=16", "~logger", "test=false", "trainer.max_epochs=1", "~callbacks.progress_bar",
-        "+trainer.enable_progress_bar=false"]
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +36,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def ckpt(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("train")
-    train(compose_task_config("train", out, TINY, data_dir))
-    return out / "checkpoints" / "last.ckpt"
+    return tiny_tagger_checkpoint(tmp_path_factory, data_dir)
 
 
 @pytest.fixture(scope="module")

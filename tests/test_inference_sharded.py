@@ -9,18 +9,14 @@ from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
-from sample_data import sample_data_dir
+from sample_data import sample_data_dir, tiny_tagger_checkpoint
 
 from neurocrf.cli.predict import predict
-from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import read_conll
 from neurocrf.inference.sharded import shard_dir
 from neurocrf.models.tagger import Tagger
 
-TINY = ["encoder.word_dim=16", "encoder.char_dim=8", "encoder.char_hidden=8", "encoder.hidden_size=16",
-        "data.batch_size=16", "~logger", "test=false", "trainer.max_epochs=1", "~callbacks.progress_bar",
-        "+trainer.enable_progress_bar=false"]
 WINDOW = 8  # 61 test sentences + 3 empty lines: 8 shards
 
 
@@ -31,9 +27,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def ckpt(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("train")
-    train(compose_task_config("train", out, TINY, data_dir))
-    return out / "checkpoints" / "last.ckpt"
+    return tiny_tagger_checkpoint(tmp_path_factory, data_dir)
 
 
 @pytest.fixture(scope="module")
