@@ -26,16 +26,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from neurocrf.data.schemes import InvalidTagError, check_scheme, validate_tags
+from neurocrf.data.streams import ConllFormatError, LineSource
 
 DOC_PREFIXES: tuple[str, ...] = ("-DOCSTART-", "###MEDLINE:")
 """Default document separator prefixes (matched against a line's first field)."""
 
 _ASCII_SPACE = re.compile(r"[ \t\f\v]+")
-
-
-class ConllFormatError(ValueError):
-    """A column file (or a plain text input file) that cannot be read; the message starts with
-    ``path:line:``."""
 
 
 @dataclass
@@ -183,7 +179,6 @@ def read_conll(
             or one with whitespace around it (``"B-PER "`` in a tab-delimited file), tags invalid
             in ``scheme``, bytes not valid in ``encoding``, or a file without any sentence.
     """
-    from neurocrf.data.streams import LineSource
 
     name = os.fspath(path)
     return list(iter_conll(LineSource(name, encoding), name, token_column=token_column, tag_column=tag_column,

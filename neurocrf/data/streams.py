@@ -27,7 +27,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from neurocrf.data.conll import ConllFormatError
+
+class ConllFormatError(ValueError):
+    """A column file (or a plain text input file) that cannot be read; the message starts with
+    ``path:line:``."""
+
 
 STDIN = "-"
 """The name that reads standard input (and, for outputs, writes standard output)."""
