@@ -100,6 +100,7 @@ class PrecursorInducedCRF(ChainCRF):
 
         self.register_buffer("state_labels", labels, persistent=False)
         self.register_buffer("memory_state", memory_state, persistent=False)
+        self.register_buffer("gold_lookup", torch.cat([memory_state, torch.arange(n)]), persistent=False)
         self.register_buffer("allowed_start", start, persistent=False)
         self.register_buffer("allowed_moves", moves, persistent=False)
         self.register_buffer("allowed_end", end, persistent=False)
@@ -139,13 +140,14 @@ class PrecursorInducedCRF(ChainCRF):
         return expanded + bias
 
     def _gold_states(self, tags: Tensor) -> Tensor:
+        # An entity tag is its own state; an O takes the memory state of the last entity tag before
+        # it. Before any entity, the position found is 0, which holds an O, whose memory state is
+        # the plain O. One lookup in gold_lookup = [memory_state, identity] picks either.
         is_entity = tags != self.o_index
-        positions = torch.arange(tags.shape[1], device=tags.device).expand_as(tags)
-        last_entity = torch.where(is_entity, positions, torch.full_like(positions, -1)).cummax(dim=1).values
-        previous_tag = tags.gather(1, last_entity.clamp(min=0))
-        o_state = torch.where(last_entity >= 0, self.memory_state[previous_tag],
-                              torch.full_like(tags, self.o_index))
-        return torch.where(is_entity, tags, o_state)
+        positions = torch.arange(tags.shape[1], device=tags.device)
+        last_entity = (positions * is_entity).cummax(dim=1).values
+        previous_tag = tags.gather(1, last_entity)
+        return self.gold_lookup[previous_tag + self.num_tags * is_entity]
 
     def extra_repr(self) -> str:
         return (f"num_tags={self.num_tags}, num_states={self.state_labels.shape[0]}, memory={self.memory!r}, "
