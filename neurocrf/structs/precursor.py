@@ -30,6 +30,30 @@ from neurocrf.structs.constraints import OUTSIDE, allowed_transitions, split_tag
 from neurocrf.structs.engine.semiring import NEG_INF
 
 
+def _repeat_outside(emissions: Tensor, o_index: int, memory: int) -> Tensor:
+    """Tag emissions ``[B, T, L]`` -> state emissions ``[B, T, L + memory]``: the tags, then the
+    memory O states, which repeat the O column."""
+    column = emissions[..., o_index:o_index + 1]
+    return torch.cat([emissions, column.expand(*emissions.shape[:-1], memory)], dim=-1)
+
+
+class _SharedOutside(torch.autograd.Function):
+    """:func:`_repeat_outside` with a backward that adds the memory columns' gradients into the O
+    column of one copy (half the cost of an ``index_select``'s, forward and backward), made of
+    differentiable operations, so double backward works."""
+
+    @staticmethod
+    def forward(ctx, emissions: Tensor, o_index: int, memory: int) -> Tensor:  # type: ignore[override]
+        ctx.o_index, ctx.num_tags = o_index, emissions.shape[-1]
+        return _repeat_outside(emissions, o_index, memory)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        out = grad[..., :ctx.num_tags].clone()
+        out[..., ctx.o_index] += grad[..., ctx.num_tags:].sum(-1)
+        return out, None, None
+
+
 class PrecursorInducedCRF(ChainCRF):
     """CRF over tags with O states that remember the preceding entity.
 
@@ -129,10 +153,10 @@ class PrecursorInducedCRF(ChainCRF):
                 self.end_transitions.to(dtype).masked_fill(~self.allowed_end, NEG_INF))
 
     def _state_emissions(self, emissions: Tensor) -> Tensor:
-        # states are the tags, then the memory O states, which share the O emission: a concatenation
-        # of a broadcast column is about half the cost of an index_select, forward and backward
-        o_column = emissions[..., self.o_index:self.o_index + 1]
-        expanded = torch.cat([emissions, o_column.expand(*emissions.shape[:-1], len(self.memory_keys))], dim=-1)
+        if emissions.requires_grad:
+            expanded = _SharedOutside.apply(emissions, self.o_index, len(self.memory_keys))
+        else:  # plain tensor operations, which torch.export records (crf.decoder())
+            expanded = _repeat_outside(emissions, self.o_index, len(self.memory_keys))
         if self.state_bias is None:
             return expanded
         bias = emissions.new_zeros(self.state_labels.shape[0])
