@@ -401,3 +401,23 @@ def test_exp_scan_block_size_follows_spread(monkeypatch):
     assert scan.block == 15
     assert exp_scan.ExpScan(*augmented, 250.0).block == 1
     assert exp_scan.ExpScan.attempt(*augmented, 301.0) is None
+
+
+@pytest.mark.parametrize("state_bias", [False, True])
+def test_precursor_state_emissions_match_an_index_select_with_first_and_second_derivatives(state_bias):
+    """The state emissions repeat the O column for the memory O states; their gradient (and its
+    own gradient, as in differentiable marginals) is that of indexing the tags by state label."""
+    crf = PrecursorInducedCRF(["B-A", "I-A", "O", "B-B", "I-B"], "IOB2", state_bias=state_bias).double()
+    emissions = torch.randn(2, 4, 5, dtype=torch.float64, requires_grad=True)
+    expanded = crf._state_emissions(emissions)
+    reference = emissions.index_select(-1, crf.state_labels)
+    if state_bias:
+        reference = reference + torch.zeros(crf.num_states(), dtype=torch.float64).index_add(
+            0, crf.o_states, crf.state_bias)
+    assert torch.equal(expanded, reference)
+    weights = torch.randn_like(expanded)
+    (grad,) = torch.autograd.grad((expanded * weights).sum(), emissions, create_graph=True)
+    (expected,) = torch.autograd.grad((reference * weights).sum(), emissions, create_graph=True)
+    torch.testing.assert_close(grad, expected, rtol=0, atol=1e-15)
+    assert torch.autograd.gradgradcheck(lambda e: crf._state_emissions(e), (emissions,))
+    assert torch.equal(crf._state_emissions(emissions.detach()), expanded.detach())

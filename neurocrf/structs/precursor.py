@@ -30,6 +30,30 @@ from neurocrf.structs.constraints import OUTSIDE, allowed_transitions, split_tag
 from neurocrf.structs.engine.semiring import NEG_INF
 
 
+def _repeat_outside(emissions: Tensor, o_index: int, memory: int) -> Tensor:
+    """Tag emissions ``[B, T, L]`` -> state emissions ``[B, T, L + memory]``: the tags, then the
+    memory O states, which repeat the O column."""
+    column = emissions[..., o_index:o_index + 1]
+    return torch.cat([emissions, column.expand(*emissions.shape[:-1], memory)], dim=-1)
+
+
+class _SharedOutside(torch.autograd.Function):
+    """:func:`_repeat_outside` with a backward that adds the memory columns' gradients into the O
+    column of one copy (half the cost of an ``index_select``'s, forward and backward), made of
+    differentiable operations, so double backward works."""
+
+    @staticmethod
+    def forward(ctx, emissions: Tensor, o_index: int, memory: int) -> Tensor:  # type: ignore[override]
+        ctx.o_index, ctx.num_tags = o_index, emissions.shape[-1]
+        return _repeat_outside(emissions, o_index, memory)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        out = grad[..., :ctx.num_tags].clone()
+        out[..., ctx.o_index] += grad[..., ctx.num_tags:].sum(-1)
+        return out, None, None
+
+
 class PrecursorInducedCRF(ChainCRF):
     """CRF over tags with O states that remember the preceding entity.
 
@@ -100,6 +124,7 @@ class PrecursorInducedCRF(ChainCRF):
 
         self.register_buffer("state_labels", labels, persistent=False)
         self.register_buffer("memory_state", memory_state, persistent=False)
+        self.register_buffer("gold_lookup", torch.cat([memory_state, torch.arange(n)]), persistent=False)
         self.register_buffer("allowed_start", start, persistent=False)
         self.register_buffer("allowed_moves", moves, persistent=False)
         self.register_buffer("allowed_end", end, persistent=False)
@@ -128,7 +153,10 @@ class PrecursorInducedCRF(ChainCRF):
                 self.end_transitions.to(dtype).masked_fill(~self.allowed_end, NEG_INF))
 
     def _state_emissions(self, emissions: Tensor) -> Tensor:
-        expanded = emissions.index_select(-1, self.state_labels)  # O states share the O emission
+        if emissions.requires_grad:
+            expanded = _SharedOutside.apply(emissions, self.o_index, len(self.memory_keys))
+        else:  # plain tensor operations, which torch.export records (crf.decoder())
+            expanded = _repeat_outside(emissions, self.o_index, len(self.memory_keys))
         if self.state_bias is None:
             return expanded
         bias = emissions.new_zeros(self.state_labels.shape[0])
@@ -136,13 +164,14 @@ class PrecursorInducedCRF(ChainCRF):
         return expanded + bias
 
     def _gold_states(self, tags: Tensor) -> Tensor:
+        # An entity tag is its own state; an O takes the memory state of the last entity tag before
+        # it. Before any entity, the position found is 0, which holds an O, whose memory state is
+        # the plain O. One lookup in gold_lookup = [memory_state, identity] picks either.
         is_entity = tags != self.o_index
-        positions = torch.arange(tags.shape[1], device=tags.device).expand_as(tags)
-        last_entity = torch.where(is_entity, positions, torch.full_like(positions, -1)).cummax(dim=1).values
-        previous_tag = tags.gather(1, last_entity.clamp(min=0))
-        o_state = torch.where(last_entity >= 0, self.memory_state[previous_tag],
-                              torch.full_like(tags, self.o_index))
-        return torch.where(is_entity, tags, o_state)
+        positions = torch.arange(tags.shape[1], device=tags.device)
+        last_entity = (positions * is_entity).cummax(dim=1).values
+        previous_tag = tags.gather(1, last_entity)
+        return self.gold_lookup[previous_tag + self.num_tags * is_entity]
 
     def extra_repr(self) -> str:
         return (f"num_tags={self.num_tags}, num_states={self.state_labels.shape[0]}, memory={self.memory!r}, "
