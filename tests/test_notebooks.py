@@ -24,7 +24,7 @@ NOTEBOOKS = [
     "01_quickstart.ipynb", "02_crf_variants.ipynb", "03_supertag_parsing.ipynb", "04_sentence_uncertainty.ipynb",
     "05_crf_study.ipynb", "06_drawing_trees.ipynb",
 ]
-# notebooks whose stored outputs must include plots
+# notebooks whose stored outputs must include plots or drawings
 PLOTS = {"02_crf_variants.ipynb": 4, "03_supertag_parsing.ipynb": 3, "04_sentence_uncertainty.ipynb": 1,
          "05_crf_study.ipynb": 1}
 MAX_BYTES = 600_000
@@ -44,7 +44,9 @@ def errors(notebook) -> list[str]:
 
 
 def images(notebook) -> int:
-    return sum("image/png" in output.get("data", {}) for cell in code_cells(notebook) for output in cell.outputs)
+    """Plots (PNG) and drawings (SVG) among the outputs."""
+    return sum(bool({"image/png", "image/svg+xml"} & set(output.get("data", {})))
+               for cell in code_cells(notebook) for output in cell.outputs)
 
 
 def stderr_text(notebook) -> str:
