@@ -11,10 +11,15 @@ The output is byte for byte that of one process; rank 0 of node 0 merges it, onc
 after an interrupted run predicts only what is missing; both processes exit cleanly. An output
 folder that the nodes do not share is refused with an error on every rank, and so is an output
 that differs between ranks.
+
+The ``submitit_slurm_ddp`` launcher preset asks SLURM for the layout Lightning expects (checked
+on the sbatch script the submitit plugin writes, without a cluster).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import os
 import random
 import re
@@ -27,7 +32,7 @@ import pytest
 from sample_data import sample_data_dir, tiny_tagger_checkpoint
 
 from neurocrf.cli.predict import predict
-from neurocrf.cli.utils import compose_task_config
+from neurocrf.cli.utils import CONFIG_DIR, compose_task_config
 from neurocrf.data.conll import read_conll
 from neurocrf.inference.sharded import shard_dir
 
@@ -209,3 +214,40 @@ def test_an_output_in_each_run_directory_is_refused(tmp_path: Path, ckpt: Path, 
         assert (f"the ranks write to different outputs (rank 0 on {host}: {outputs[0]}; rank 1 on {host}:"
                 f" {outputs[1]}): give every rank the same output=") in err
     assert not list(tmp_path.glob("run*/*predictions*"))  # nothing prepared
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,
+                    reason="needs the `sweeps` extra (pip install -e '.[sweeps]')")
+def test_the_slurm_ddp_launcher_asks_for_one_task_per_device_on_every_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hydra
+    import submitit
+    from hydra import compose, initialize_config_dir
+    from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+
+    bin_dir = tmp_path / "bin"  # a stub srun passes submitit's check; the submission is intercepted
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name="predict", return_hydra_config=True, overrides=[
+            "hydra/launcher=submitit_slurm_ddp", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            "hydra.launcher.partition=gpu", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=3",
+            "ckpt_path=/shared/last.ckpt", "input=/shared/corpus.txt.gz"])
+    assert set(cfg.hydra.launcher) == {field.name for field in dataclasses.fields(SlurmQueueConf)}
+    assert (cfg.hydra.launcher.nodes, cfg.hydra.launcher.tasks_per_node, cfg.hydra.launcher.gpus_per_node) == (3, 4, 4)
+    launcher = hydra.utils.instantiate(cfg.hydra.launcher)
+    launcher.config = cfg  # what Hydra's setup() stores
+    submitted: dict[str, object] = {}
+
+    def intercept(executor: submitit.AutoExecutor, function: object, *arguments: object) -> list:
+        submitted["executor"] = executor
+        return []
+
+    monkeypatch.setattr(submitit.AutoExecutor, "map_array", intercept)
+    launcher.launch([[]], initial_job_idx=0)
+    script = submitted["executor"]._executor._make_submission_file_text("python -m neurocrf.cli.predict", "uid")
+    for option in ("--nodes=3", "--ntasks-per-node=4", "--gpus-per-node=4", "--partition=gpu"):
+        assert f"#SBATCH {option}\n" in script, option
+    assert "srun" in script  # every task runs the job: Lightning's SLURMEnvironment reads srun's variables
