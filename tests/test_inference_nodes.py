@@ -4,8 +4,9 @@ with its own Hydra run directory:
 
 - by SLURM (``srun``): the variables ``srun`` sets, read by Lightning's ``SLURMEnvironment``
   (rank, node, task counts, the node list for the main address, the job id for the port);
-- by hand or a torchrun-style launcher: ``MASTER_ADDR``, ``MASTER_PORT``, ``NODE_RANK``,
-  ``LOCAL_RANK``, ``WORLD_SIZE`` (Lightning's ``LightningEnvironment``).
+- by hand: ``MASTER_ADDR``, ``MASTER_PORT``, ``NODE_RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` on
+  each process (Lightning's ``LightningEnvironment``);
+- by ``torchrun --nnodes=2``, once per node (Lightning's ``TorchElasticEnvironment``).
 
 The output is byte for byte that of one process; rank 0 of node 0 merges it, once; a re-run
 after an interrupted run predicts only what is missing; both processes exit cleanly. An output
@@ -90,16 +91,25 @@ def slurm(rank: int, port: int) -> dict[str, str]:
             "SLURM_PROCID": str(rank), "SLURM_LOCALID": "0", "SLURM_NODEID": str(rank)}
 
 
-def torchrun(rank: int, port: int) -> dict[str, str]:
-    """What a torchrun-style launcher sets on node ``rank`` of 2 (1 process per node)."""
+def by_hand(rank: int, port: int) -> dict[str, str]:
+    """What a user sets on node ``rank`` of 2 (1 process per node)."""
     return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": str(rank), "LOCAL_RANK": "0",
             "WORLD_SIZE": "2"}
 
 
+PREDICT = [sys.executable, "-m", "neurocrf.cli.predict"]
+
+
+def torchrun(rank: int, port: int) -> list[str]:
+    """``torchrun`` on node ``rank`` of 2, one process per node, running ``neurocrf-predict``."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={rank}",
+            "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "neurocrf.cli.predict"]
+
+
 def launch(tmp_path: Path, variables: list[dict[str, str]], arguments: list[list[str]],
-           cwds: list[Path] | None = None) -> list[tuple[int, str, str]]:
-    """Start one ``neurocrf-predict`` per rank (own run directory, own cluster variables) and
-    wait for all; -> (exit status, stderr, the run's log file) per rank."""
+           cwds: list[Path] | None = None, commands: list[list[str]] | None = None) -> list[tuple[int, str, str]]:
+    """Start one ``neurocrf-predict`` per node (own run directory, own cluster variables; by
+    ``commands`` if given) and wait for all; -> (exit status, stderr, the run's log file) per node."""
     procs, logs = [], []
     tmp_path.mkdir(parents=True, exist_ok=True)
     for rank, (extra, args) in enumerate(zip(variables, arguments)):
@@ -109,7 +119,7 @@ def launch(tmp_path: Path, variables: list[dict[str, str]], arguments: list[list
         logs.append((tmp_path / f"rank{rank}.err", run_dir / "predict.log"))
         with open(logs[-1][0], "w") as err:
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "neurocrf.cli.predict", *args, f"hydra.run.dir={run_dir}"],
+                [*(commands[rank] if commands else PREDICT), *args, f"hydra.run.dir={run_dir}"],
                 env=env, cwd=cwds[rank] if cwds else tmp_path, stdout=subprocess.DEVNULL, stderr=err))
     try:
         codes = [proc.wait(timeout=TIMEOUT) for proc in procs]
@@ -192,11 +202,16 @@ def test_two_slurm_nodes_resume_a_preempted_run(tmp_path: Path, ckpt: Path, sour
 
 
 @pytest.mark.slow
-def test_two_nodes_started_by_hand_write_the_bytes_of_one(tmp_path: Path, ckpt: Path, source: Path,
-                                                          single: bytes) -> None:
+@pytest.mark.parametrize("started", ["by_hand", "torchrun"])
+def test_two_nodes_started_without_slurm_write_the_bytes_of_one(tmp_path: Path, ckpt: Path, source: Path,
+                                                                single: bytes, started: str) -> None:
     output = tmp_path / "tags.jsonl"
     port = free_port(30000, 32000)
-    ranks = launch(tmp_path, [torchrun(0, port), torchrun(1, port)], [arguments(ckpt, source, output)] * 2)
+    if started == "by_hand":
+        ranks = launch(tmp_path, [by_hand(0, port), by_hand(1, port)], [arguments(ckpt, source, output)] * 2)
+    else:
+        ranks = launch(tmp_path, [{}, {}], [arguments(ckpt, source, output)] * 2,
+                       commands=[torchrun(0, port), torchrun(1, port)])
     expect_clean_exits(ranks)
     assert written_shards(ranks[0][2]) == [0, 2, 4, 6, 8] and written_shards(ranks[1][2]) == [1, 3, 5, 7]
     assert output.read_bytes() == single
