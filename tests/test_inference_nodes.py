@@ -11,7 +11,8 @@ with its own Hydra run directory:
 The output is byte for byte that of one process; rank 0 of node 0 merges it, once; a re-run
 after an interrupted run predicts only what is missing; both processes exit cleanly. An output
 folder that the nodes do not share is refused with an error on every rank, and so is an output
-that differs between ranks.
+that differs between ranks. A rank that fails in the middle (a token that its shard cannot write
+as CoNLL) stops the others too, which keep their complete shards.
 
 The ``submitit_slurm_ddp`` launcher preset asks SLURM for the layout Lightning expects (checked
 on the sbatch script the submitit plugin writes, without a cluster).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import random
 import re
@@ -199,6 +201,25 @@ def test_two_slurm_nodes_resume_a_preempted_run(tmp_path: Path, ckpt: Path, sour
     assert "3 complete shard(s) found" in log0
     assert len(re.findall(r"wrote 69 sentences to .*tags\.jsonl \(9 shards, 3 reused\)", log0)) == 1, log0
     assert sorted(p.name for p in output.parent.iterdir()) == ["tags.jsonl"]
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_stops_the_other(tmp_path: Path, ckpt: Path, source: Path) -> None:
+    sentences = [line.split() for line in source.read_text(encoding="utf-8").splitlines()]
+    sentences[WINDOW + 1][1] = "New\tYork"  # in shard 1, rank 1's: a tab cannot be a CoNLL column
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({"tokens": tokens}) + "\n" for tokens in sentences), encoding="utf-8")
+    output = tmp_path / "out" / "tags.conll"
+    port = free_port()
+    ranks = launch(tmp_path, [slurm(0, port), slurm(1, port)], [arguments(ckpt, bad, output, "format=conll")] * 2)
+    (code0, err0, log0), (code1, err1, _) = ranks
+    assert code1 == 1 and f"{bad}:{WINDOW + 2}: value 'New\\tYork' is empty or contains the delimiter" in err1, err1
+    host = socket.gethostname()
+    assert code0 == 1 and f"rank 1 on {host} (ConllFormatError: {bad}:{WINDOW + 2}: value" in err0, err0
+    assert "stopped the run; the complete shards are kept in" in err0
+    for err in (err0, err1):
+        assert "terminate called" not in err
+    assert not output.exists() and written_shards(log0) == [0, 2, 4, 6, 8]
 
 
 @pytest.mark.slow

@@ -165,7 +165,7 @@ class ShardWriter(BasePredictionWriter):
     def __init__(self, key: str, output: str, progress: bool | None = None) -> None:
         super().__init__(write_interval="batch")
         self.key, self.output, self.folder, self.progress = key, output, shard_dir(output), progress
-        self.token = ""
+        self.token, self._in_loop = "", False
         self.written: list[int] = []
         self.written_by: dict[int, str] = {}
         self._bar: Progress | None = None
@@ -186,6 +186,7 @@ class ShardWriter(BasePredictionWriter):
         if reused and trainer.is_global_zero:
             log.info("%s: %d complete shard(s) found, predicting the others", self.folder, reused)
         agree_on_folder(views, self.folder, self.token)
+        self._in_loop = True
 
     def write_on_batch_end(self, trainer: pl.Trainer, pl_module: Any, prediction: Any, batch_indices: Any,
                            batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -222,8 +223,26 @@ class ShardWriter(BasePredictionWriter):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        for rank, (host, shards) in enumerate(gather((socket.gethostname(), self.written))):
-            self.written_by.update((shard, f"rank {rank} on {host}") for shard in shards)
+        self._finish(None)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: Any, exception: BaseException) -> None:
+        # a rank that fails inside the loop still meets the others at the end, so that they stop
+        # too (rather than wait for it until the process group's timeout)
+        self._finish(f"{type(exception).__name__}: {exception}")
+
+    def _finish(self, error: str | None) -> None:
+        """Exchange, once per run and only after ``setup`` succeeded, what each rank wrote and
+        whether it failed; a rank that failed stops every other rank."""
+        if not self._in_loop:
+            return
+        self._in_loop = False
+        ends = gather({"host": socket.gethostname(), "written": self.written, "error": error})
+        for rank, end in enumerate(ends):
+            self.written_by.update((shard, f"rank {rank} on {end['host']}") for shard in end["written"])
+        failed = [f"rank {rank} on {end['host']} ({end['error']})" for rank, end in enumerate(ends) if end["error"]]
+        if failed and error is None:
+            raise RuntimeError(f"{'; '.join(failed)} stopped the run; the complete shards are kept in {self.folder}:"
+                               f" the same command again predicts only the others")
 
 
 def prepare_shards(folder: Path, key: str) -> tuple[int, str]:
