@@ -167,13 +167,14 @@ def test_an_output_folder_the_nodes_do_not_share_is_refused(tmp_path: Path, ckpt
     for node in (node0, node1):
         node.mkdir()
     port = free_port()
-    ranks = launch(tmp_path, [slurm(0, port), slurm(1, port)], [arguments(ckpt, source, "out/tags.jsonl")] * 2,
-                   cwds=[node0, node1])
+    ranks = launch(tmp_path, [slurm(0, port), slurm(1, port)],
+                   [arguments(ckpt, source, "out/tags.jsonl", "shared_wait_s=1")] * 2, cwds=[node0, node1])
     host = socket.gethostname()
     for code, err, _ in ranks:
         assert code == 1 and "terminate called" not in err, err
         assert (f"out/.tags.jsonl.shards: rank 1 on {host} does not see the shard folder that rank 0 on {host}"
-                " prepared: the output must be on a file system that every node shares") in err, err
+                " prepared: the output must be on a file system that every node shares, at the same path (not a"
+                " node-local disk such as /tmp), and show it within 1 s (shared_wait_s=...)") in err, err
     assert not written_shards(ranks[0][2] + ranks[1][2])
     assert not (node0 / "out" / "tags.jsonl").exists() and not (node1 / "out" / ".tags.jsonl.shards").exists()
 

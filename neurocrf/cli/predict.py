@@ -84,7 +84,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     trainer = to_plain(cfg.get("trainer"), "trainer") or {}
     if cfg.get("resumable") or is_distributed(trainer):
         return predict_sharded(job, model, trainer, checkpoint=str(cfg.ckpt_path), progress=cfg.get("progress"),
-                               **options)
+                               shared_wait_s=float(cfg.get("shared_wait_s", 10)), **options)
     accelerator = str(trainer.get("accelerator", "cpu"))
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     device = torch.device(cfg.get("device") or ("cuda" if gpu else "cpu"))

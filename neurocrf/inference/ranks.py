@@ -13,7 +13,7 @@ the process group is up and before anything is predicted:
 2. rank 0 prepares the shard folder, writes a fresh run token into it
    (:func:`neurocrf.inference.sharded.prepare_shards`) and sends the token to every rank;
 3. every rank reads the token back through its own view of the folder, for up to
-   :data:`SHARED_WAIT_S` seconds, and the ranks exchange what they found
+   :data:`SHARED_WAIT_S` seconds (``shared_wait_s`` of ``configs/predict.yaml``), and the ranks exchange what they found
    (:func:`agree_on_folder`): a rank that does not see it (a node-local disk such as ``/tmp``)
    stops every rank with the same error.
 """
@@ -119,16 +119,17 @@ def sees_token(folder: Path, token: str, wait_s: float = SHARED_WAIT_S) -> bool:
     return True
 
 
-def agree_on_folder(views: list[RankView], folder: Path, token: str) -> None:
-    """Return once every rank sees rank 0's run ``token`` in ``folder``.
+def agree_on_folder(views: list[RankView], folder: Path, token: str, wait_s: float = SHARED_WAIT_S) -> None:
+    """Return once every rank sees rank 0's run ``token`` in ``folder`` (each waits up to ``wait_s``
+    seconds for it).
 
     Raises:
         RuntimeError: on every rank, naming those that do not see it.
     """
-    blind = [view.name for view, seen in zip(views, gather(sees_token(folder, token))) if not seen]
+    blind = [view.name for view, seen in zip(views, gather(sees_token(folder, token, wait_s))) if not seen]
     if blind:
         raise RuntimeError(
             f"{folder}: {', '.join(blind)} {'does' if len(blind) == 1 else 'do'} not see the shard folder that"
             f" {views[0].name} prepared: the output must be on a file system that every node shares, at the same"
-            f" path (not a node-local disk such as /tmp)"
+            f" path (not a node-local disk such as /tmp), and show it within {wait_s:g} s (shared_wait_s=...)"
         )

@@ -51,7 +51,7 @@ from neurocrf.data.streams import STDIN
 from neurocrf.inference.batching import plan_batches, windows
 from neurocrf.inference.output import AtomicOutput, sigterm_raises
 from neurocrf.inference.progress import Progress
-from neurocrf.inference.ranks import JOB_FILE, agree_on_folder, agree_on_job, gather, read_token
+from neurocrf.inference.ranks import JOB_FILE, SHARED_WAIT_S, agree_on_folder, agree_on_job, gather, read_token
 from neurocrf.inference.run import FilePrediction, check_prediction, model_tokens
 from neurocrf.models.distributed import destroy_process_group_at_exit
 
@@ -162,9 +162,11 @@ class ShardWriter(BasePredictionWriter):
     (:mod:`neurocrf.inference.ranks`). After the loop, every rank
     learns which rank and host wrote which shard in this run (``written_by``)."""
 
-    def __init__(self, key: str, output: str, progress: bool | None = None) -> None:
+    def __init__(self, key: str, output: str, progress: bool | None = None,
+                 shared_wait_s: float = SHARED_WAIT_S) -> None:
         super().__init__(write_interval="batch")
         self.key, self.output, self.folder, self.progress = key, output, shard_dir(output), progress
+        self.shared_wait_s = shared_wait_s
         self.token, self._in_loop = "", False
         self.written: list[int] = []
         self.written_by: dict[int, str] = {}
@@ -185,7 +187,7 @@ class ShardWriter(BasePredictionWriter):
         reused, self.token = prepared
         if reused and trainer.is_global_zero:
             log.info("%s: %d complete shard(s) found, predicting the others", self.folder, reused)
-        agree_on_folder(views, self.folder, self.token)
+        agree_on_folder(views, self.folder, self.token, self.shared_wait_s)
         self._in_loop = True
 
     def write_on_batch_end(self, trainer: pl.Trainer, pl_module: Any, prediction: Any, batch_indices: Any,
@@ -323,11 +325,14 @@ def predict_sharded(
     precision: str = "32",
     token_columns: list[int] | None = None,
     progress: bool | None = None,
+    shared_wait_s: float = SHARED_WAIT_S,
 ) -> dict[str, Any]:
     """Run ``job`` with ``model`` through ``Trainer(**trainer_config).predict`` (module
     docstring); returns the summary of :meth:`FilePrediction.run` plus ``shards`` and ``reused``
     (shards found complete). ``checkpoint``: the file ``model`` was loaded from (part of the
-    job's fingerprint); ``progress``: rank 0's progress bar (None: when stderr is a terminal)."""
+    job's fingerprint); ``progress``: rank 0's progress bar (None: when stderr is a terminal);
+    ``shared_wait_s``: how long each rank waits to see the shard folder that rank 0 prepared
+    (:mod:`neurocrf.inference.ranks`)."""
     if job.input.name == STDIN:
         raise ValueError("input=- (standard input) cannot be shared by several processes or resumed: give a file")
     job.input.source.close()
@@ -335,7 +340,7 @@ def predict_sharded(
     model.prediction_options = {"nbest": job.nbest, "precision": precision, "confidences": job.confidences}
     options = {"batch_size": batch_size, "max_tokens": max_tokens, **model.prediction_options, "columns": columns}
     key = job_key(job, checkpoint, options)
-    writer = ShardWriter(key, job.output, progress)
+    writer = ShardWriter(key, job.output, progress, shared_wait_s)
     config = {k: v for k, v in trainer_config.items() if k != "_target_"}
     config.update(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
     trainer = pl.Trainer(callbacks=[writer], **config)
