@@ -37,7 +37,7 @@ from sample_data import sample_data_dir, tiny_tagger_checkpoint
 from neurocrf.cli.predict import predict
 from neurocrf.cli.utils import CONFIG_DIR, compose_task_config
 from neurocrf.data.conll import read_conll
-from neurocrf.inference.sharded import shard_dir
+from neurocrf.inference.sharded import merge_shards, prepare_shards, shard_dir
 
 WINDOW = 8  # 61 test sentences + 8 empty lines: 9 shards
 TIMEOUT = 240
@@ -177,6 +177,18 @@ def test_an_output_folder_the_nodes_do_not_share_is_refused(tmp_path: Path, ckpt
                 " node-local disk such as /tmp), and show it within 1 s (shared_wait_s=...)") in err, err
     assert not written_shards(ranks[0][2] + ranks[1][2])
     assert not (node0 / "out" / "tags.jsonl").exists() and not (node1 / "out" / ".tags.jsonl.shards").exists()
+
+
+def test_a_shard_another_node_wrote_but_rank_0_does_not_see_is_named(tmp_path: Path) -> None:
+    """The merge, when a shard that rank 1 reported written is not in rank 0's view of the folder."""
+    folder = shard_dir(str(tmp_path / "tags.conll"))
+    reused, token = prepare_shards(folder, "key")
+    assert reused == 0 and len(token) == 32
+    with pytest.raises(RuntimeError, match=re.escape(
+            f"shard(s) [0] written in this run (rank 1 on node2) are not complete in {folder} as"
+            f" {socket.gethostname()} sees it: the output must be on a file system that every node shares")):
+        merge_shards(folder, str(tmp_path / "tags.conll"), "key", {0: "rank 1 on node2"})
+    assert not (tmp_path / "tags.conll").exists() and folder.is_dir()  # kept for a re-run
 
 
 @pytest.mark.slow

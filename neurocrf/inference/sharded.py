@@ -159,8 +159,9 @@ class ShardWriter(BasePredictionWriter):
     Before the loop (``setup``, every rank, once the process group is up): the ranks check that
     they run one job into one output, rank 0 prepares the shard folder and its run token
     (``token``, in each record this run writes), then the ranks check that they all see it
-    (:mod:`neurocrf.inference.ranks`). After the loop, every rank
-    learns which rank and host wrote which shard in this run (``written_by``)."""
+    (:mod:`neurocrf.inference.ranks`). At the end of the loop, or when a rank fails in it, the
+    ranks meet once more: each learns which rank and host wrote which shard in this run
+    (``written_by``), and the others stop with the error of a rank that failed."""
 
     def __init__(self, key: str, output: str, progress: bool | None = None,
                  shared_wait_s: float = SHARED_WAIT_S) -> None:
