@@ -267,8 +267,9 @@ def test_an_output_in_each_run_directory_is_refused(tmp_path: Path, ckpt: Path, 
 
 @pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,
                     reason="needs the `sweeps` extra (pip install -e '.[sweeps]')")
+@pytest.mark.parametrize("task", ["predict", "train"])
 def test_the_slurm_ddp_launcher_asks_for_one_task_per_device_on_every_node(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str) -> None:
     import hydra
     import submitit
     from hydra import compose, initialize_config_dir
@@ -280,10 +281,10 @@ def test_the_slurm_ddp_launcher_asks_for_one_task_per_device_on_every_node(
     (bin_dir / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="predict", return_hydra_config=True, overrides=[
+        cfg = compose(config_name=task, return_hydra_config=True, overrides=[
             "hydra/launcher=submitit_slurm_ddp", f"hydra.sweep.dir={tmp_path / 'sweep'}",
             "hydra.launcher.partition=gpu", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=3",
-            "ckpt_path=/shared/last.ckpt", "input=/shared/corpus.txt.gz"])
+            *(["ckpt_path=/shared/last.ckpt", "input=/shared/corpus.txt.gz"] if task == "predict" else [])])
     assert set(cfg.hydra.launcher) == {field.name for field in dataclasses.fields(SlurmQueueConf)}
     assert (cfg.hydra.launcher.nodes, cfg.hydra.launcher.tasks_per_node, cfg.hydra.launcher.gpus_per_node) == (3, 4, 4)
     launcher = hydra.utils.instantiate(cfg.hydra.launcher)
@@ -296,7 +297,7 @@ def test_the_slurm_ddp_launcher_asks_for_one_task_per_device_on_every_node(
 
     monkeypatch.setattr(submitit.AutoExecutor, "map_array", intercept)
     launcher.launch([[]], initial_job_idx=0)
-    script = submitted["executor"]._executor._make_submission_file_text("python -m neurocrf.cli.predict", "uid")
+    script = submitted["executor"]._executor._make_submission_file_text(f"python -m neurocrf.cli.{task}", "uid")
     for option in ("--nodes=3", "--ntasks-per-node=4", "--gpus-per-node=4", "--partition=gpu"):
         assert f"#SBATCH {option}\n" in script, option
     assert "srun" in script  # every task runs the job: Lightning's SLURMEnvironment reads srun's variables
