@@ -26,6 +26,7 @@ import json
 import os
 import random
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from neurocrf.cli.utils import CONFIG_DIR, compose_task_config
 from neurocrf.data.conll import read_conll
 from neurocrf.inference.sharded import merge_shards, prepare_shards, shard_dir
 
+REPO = Path(__file__).resolve().parents[1]
 WINDOW = 8  # 61 test sentences + 8 empty lines: 9 shards
 TIMEOUT = 240
 OPTIONS = [f"window={WINDOW}", "format=jsonl", "nbest=2", "batch_size=3"]
@@ -109,26 +111,29 @@ def torchrun(rank: int, port: int) -> list[str]:
 
 
 def launch(tmp_path: Path, variables: list[dict[str, str]], arguments: list[list[str]],
-           cwds: list[Path] | None = None, commands: list[list[str]] | None = None) -> list[tuple[int, str, str]]:
-    """Start one ``neurocrf-predict`` per node (own run directory, own cluster variables; by
-    ``commands`` if given) and wait for all; -> (exit status, stderr, the run's log file) per node."""
+           cwds: list[Path] | None = None, commands: list[list[str]] | None = None,
+           run_dirs: list[Path] | None = None) -> list[tuple[int, str, str]]:
+    """Start one ``neurocrf-predict`` per node (own cluster variables; by ``commands`` if given;
+    own run directory ``run<rank>`` unless ``run_dirs``) and wait for all; -> (exit status,
+    stderr, the run's log file) per node."""
     procs, logs = [], []
     tmp_path.mkdir(parents=True, exist_ok=True)
     for rank, (extra, args) in enumerate(zip(variables, arguments)):
         env = {k: v for k, v in os.environ.items() if not CLUSTER_VARIABLES.fullmatch(k)}
-        env.update(extra, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-        run_dir = tmp_path / f"run{rank}"
+        env.update(extra, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
+                   PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        run_dir = run_dirs[rank] if run_dirs else tmp_path / f"run{rank}"
         logs.append((tmp_path / f"rank{rank}.err", run_dir / "predict.log"))
         with open(logs[-1][0], "w") as err:
             procs.append(subprocess.Popen(
-                [*(commands[rank] if commands else PREDICT), *args, f"hydra.run.dir={run_dir}"],
-                env=env, cwd=cwds[rank] if cwds else tmp_path, stdout=subprocess.DEVNULL, stderr=err))
+                [*(commands[rank] if commands else PREDICT), *args, f"hydra.run.dir={run_dir}"], env=env,
+                cwd=cwds[rank] if cwds else tmp_path, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True))
     try:
         codes = [proc.wait(timeout=TIMEOUT) for proc in procs]
     finally:
-        for proc in procs:
+        for proc in procs:  # (torchrun's worker too: each node's processes have a session of their own)
             if proc.poll() is None:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     return [(code, err.read_text(), log.read_text() if log.is_file() else "") for code, (err, log) in zip(codes, logs)]
 
@@ -249,6 +254,18 @@ def test_two_nodes_started_without_slurm_write_the_bytes_of_one(tmp_path: Path, 
     expect_clean_exits(ranks)
     assert written_shards(ranks[0][2]) == [0, 2, 4, 6, 8] and written_shards(ranks[1][2]) == [1, 3, 5, 7]
     assert output.read_bytes() == single
+
+
+@pytest.mark.slow
+def test_one_run_directory_for_the_job_holds_the_default_output(tmp_path: Path, ckpt: Path, source: Path,
+                                                                single: bytes) -> None:
+    """``srun neurocrf-predict ... hydra.run.dir=logs/predict/slurm-$SLURM_JOB_ID`` (docs/scaling.md)."""
+    port = free_port()
+    shared = tmp_path / "logs" / "predict" / f"slurm-{port}"
+    ranks = launch(tmp_path, [slurm(0, port), slurm(1, port)], [arguments(ckpt, source, "null")] * 2,
+                   run_dirs=[shared, shared])
+    expect_clean_exits(ranks)
+    assert (shared / "predictions.jsonl").read_bytes() == single
 
 
 @pytest.mark.slow
