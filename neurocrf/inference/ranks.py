@@ -68,6 +68,10 @@ def different_jobs(views: list[RankView]) -> str | None:
     the ranks write to different outputs (rank 0 on node1: /shared/tags.conll; rank 1 on node2: \
 logs/tags.conll): give every rank the same output=<file on a file system that every node shares> \
 (output=null names a file in each process's own run directory)
+    >>> print(different_jobs([a, RankView(1, "node2", "/shared/tags.conll", "other")]))
+    rank 1 on node2 and rank 0 on node1 do not run the same job: the input file, the checkpoint \
+(path, size, modification time) or the options differ; every node must read the same files, on a \
+file system that every node shares
     """
     first = views[0]
     if any(v.output != first.output for v in views):
