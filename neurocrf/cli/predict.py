@@ -34,7 +34,9 @@ Several devices or machines (``trainer.devices=N``, ``trainer.num_nodes``, ``tra
 run through Lightning's prediction loop, each rank writing shards that are merged in input order:
 the output is byte for byte that of one process, and a re-run after a preemption predicts only the
 shards not complete yet (``resumable=true`` does the same on one device): see
-:mod:`neurocrf.inference.sharded`.
+:mod:`neurocrf.inference.sharded`. On several nodes (``srun``, ``torchrun``,
+``hydra/launcher=submitit_slurm_ddp``) the input, checkpoint and output folder must be on a file
+system that every node shares: :mod:`neurocrf.inference.ranks` checks it before predicting.
 
 Every output sentence has exactly as many tokens as the input sentence. A model trained on joined
 columns (``data.token_columns``, e.g. word + POS for the chunking features) reads the same columns
@@ -82,7 +84,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     trainer = to_plain(cfg.get("trainer"), "trainer") or {}
     if cfg.get("resumable") or is_distributed(trainer):
         return predict_sharded(job, model, trainer, checkpoint=str(cfg.ckpt_path), progress=cfg.get("progress"),
-                               **options)
+                               shared_wait_s=float(cfg.get("shared_wait_s", 10)), **options)
     accelerator = str(trainer.get("accelerator", "cpu"))
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     device = torch.device(cfg.get("device") or ("cuda" if gpu else "cpu"))

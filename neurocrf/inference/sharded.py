@@ -8,9 +8,15 @@ The input is cut into *shards* of ``window`` consecutive sentences (shard ``c`` 
 ``<output folder>/.<output name>.shards/<c>.part`` (a temporary file renamed into place), then its
 completion record ``<c>.done.json`` (sentences, tokens, bytes, the SHA-256 of the shard, and a
 fingerprint of the job: input file, its size and time, the checkpoint, the output options). After
-the loop, global rank 0 merges the shards in input order into the output (whole or absent, as for
-one process; :mod:`neurocrf.inference.output`) and removes them. The output is byte for byte the
-output of one process: shards are windows of the same reader, written by the same writer.
+the loop, global rank 0 (rank 0 of node 0) merges the shards in input order into the output (whole
+or absent, as for one process; :mod:`neurocrf.inference.output`) and removes them. The output is
+byte for byte the output of one process: shards are windows of the same reader, written by the
+same writer.
+
+On several nodes, every rank reads the input and checkpoint and writes its shards at the same
+paths: they must be on a file system that every node shares. Before predicting, the ranks check
+that they run the same job into the same output and see the same shard folder
+(:mod:`neurocrf.inference.ranks`); rank 0 alone prepares the folder.
 
 A re-run with the same input, checkpoint and options (after a preemption, a failed rank, a
 ``limit_predict_batches``) finds the shards already complete and predicts only the others. A shard
@@ -28,6 +34,8 @@ import json
 import logging
 import os
 import shutil
+import socket
+import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,11 +51,11 @@ from neurocrf.data.streams import STDIN
 from neurocrf.inference.batching import plan_batches, windows
 from neurocrf.inference.output import AtomicOutput, sigterm_raises
 from neurocrf.inference.progress import Progress
+from neurocrf.inference.ranks import JOB_FILE, SHARED_WAIT_S, agree_on_folder, agree_on_job, gather, read_token
 from neurocrf.inference.run import FilePrediction, check_prediction, model_tokens
+from neurocrf.models.distributed import destroy_process_group_at_exit
 
 log = logging.getLogger(__name__)
-
-JOB_FILE = "job.json"
 
 
 def is_distributed(trainer: dict[str, Any]) -> bool:
@@ -146,13 +154,42 @@ def _batch(item: dict[str, Any]) -> dict[str, Any]:
 
 
 class ShardWriter(BasePredictionWriter):
-    """Writes each finished shard and its completion record (module docstring); at the end of
-    the loop, waits for every rank, then ends the process group of the run."""
+    """Writes each finished shard of ``output`` and its completion record (module docstring).
 
-    def __init__(self, key: str, progress: bool | None = None) -> None:
+    Before the loop (``setup``, every rank, once the process group is up): the ranks check that
+    they run one job into one output, rank 0 prepares the shard folder and its run token
+    (``token``, in each record this run writes), then the ranks check that they all see it
+    (:mod:`neurocrf.inference.ranks`). At the end of the loop, or when a rank fails in it, the
+    ranks meet once more: each learns which rank and host wrote which shard in this run
+    (``written_by``), and the others stop with the error of a rank that failed."""
+
+    def __init__(self, key: str, output: str, progress: bool | None = None,
+                 shared_wait_s: float = SHARED_WAIT_S) -> None:
         super().__init__(write_interval="batch")
-        self.key, self.progress = key, progress
+        self.key, self.output, self.folder, self.progress = key, output, shard_dir(output), progress
+        self.shared_wait_s = shared_wait_s
+        self.token, self._in_loop = "", False
+        self.written: list[int] = []
+        self.written_by: dict[int, str] = {}
         self._bar: Progress | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        destroy_process_group_at_exit()  # before anything here can fail (neurocrf.models.distributed)
+        views = agree_on_job(trainer.global_rank, self.output, self.key)
+        prepared: tuple[int, str] | str | None = None
+        if trainer.is_global_zero:
+            try:
+                prepared = prepare_shards(self.folder, self.key)
+            except OSError as error:
+                prepared = f"{self.folder}: cannot prepare the shard folder ({error})"
+        prepared = trainer.strategy.broadcast(prepared, src=0)
+        if isinstance(prepared, str):
+            raise OSError(prepared)
+        reused, self.token = prepared
+        if reused and trainer.is_global_zero:
+            log.info("%s: %d complete shard(s) found, predicting the others", self.folder, reused)
+        agree_on_folder(views, self.folder, self.token, self.shared_wait_s)
+        self._in_loop = True
 
     def write_on_batch_end(self, trainer: pl.Trainer, pl_module: Any, prediction: Any, batch_indices: Any,
                            batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -180,20 +217,41 @@ class ShardWriter(BasePredictionWriter):
             out.commit()
         record = {"key": self.key, "shard": shard.index, "last": shard.last, "sentences": len(shard.sentences),
                   "tokens": sum(len(s.tokens) for s in shard.sentences), "bytes": part.stat().st_size,
-                  "sha256": _digest(part), "first_line": shard.sentences[0].line}
+                  "sha256": _digest(part), "first_line": shard.sentences[0].line, "run": self.token}
         atomic_write_text(folder / f"{shard.index:08d}.done.json", json.dumps(record) + "\n")
+        self.written.append(shard.index)
         log.info("shard %d: %d sentences written", shard.index, record["sentences"])
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        trainer.strategy.barrier("shards written")
+        self._finish(None)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: Any, exception: BaseException) -> None:
+        # a rank that fails inside the loop still meets the others at the end, so that they stop
+        # too (rather than wait for it until the process group's timeout)
+        self._finish(f"{type(exception).__name__}: {exception}")
+
+    def _finish(self, error: str | None) -> None:
+        """Exchange, once per run and only after ``setup`` succeeded, what each rank wrote and
+        whether it failed; a rank that failed stops every other rank."""
+        if not self._in_loop:
+            return
+        self._in_loop = False
+        ends = gather({"host": socket.gethostname(), "written": self.written, "error": error})
+        for rank, end in enumerate(ends):
+            self.written_by.update((shard, f"rank {rank} on {end['host']}") for shard in end["written"])
+        failed = [f"rank {rank} on {end['host']} ({end['error']})" for rank, end in enumerate(ends) if end["error"]]
+        if failed and error is None:
+            raise RuntimeError(f"{'; '.join(failed)} stopped the run; the complete shards are kept in {self.folder}:"
+                               f" the same command again predicts only the others")
 
 
-def prepare_shards(folder: Path, key: str) -> int:
+def prepare_shards(folder: Path, key: str) -> tuple[int, str]:
     """Make ``folder`` hold only this job's shards: records of another job (and their shards)
-    are removed. Returns how many shards are complete already."""
+    are removed, and the job file gets a fresh run token. Returns how many shards are complete
+    already, and the token."""
     folder.mkdir(parents=True, exist_ok=True)
     job_file = folder / JOB_FILE
     try:
@@ -205,18 +263,22 @@ def prepare_shards(folder: Path, key: str) -> int:
             log.warning("%s holds the shards of another job (input, checkpoint or options changed): removed", folder)
         for path in folder.iterdir():
             path.unlink()
-        atomic_write_text(job_file, json.dumps({"key": key}) + "\n")
-    return sum(complete_record(folder, int(p.name[:8]), key) is not None for p in folder.glob("*.done.json"))
+    token = uuid.uuid4().hex
+    atomic_write_text(job_file, json.dumps({"key": key, "run": token}) + "\n")
+    complete = sum(complete_record(folder, int(p.name[:8]), key) is not None for p in folder.glob("*.done.json"))
+    return complete, token
 
 
-def merge_shards(folder: Path, output: str, key: str) -> dict[str, Any]:
+def merge_shards(folder: Path, output: str, key: str, written_by: dict[int, str] | None = None) -> dict[str, Any]:
     """Concatenate the complete shards 0, 1, ... up to the last one into ``output`` (whole or
     absent), then remove the shard folder.
 
     Raises:
         RuntimeError: naming the shards that are not complete (the folder is kept: a re-run of
-            the same command predicts only those).
+            the same command predicts only those), and, among them, those that another rank
+            wrote in this run (``written_by``: shard -> rank) but that this process does not see.
     """
+    token = read_token(folder)
     records, missing, index = [], [], 0
     last_seen = max((int(p.name[:8]) for p in folder.glob("*.done.json")), default=-1)
     while True:
@@ -230,6 +292,13 @@ def merge_shards(folder: Path, output: str, key: str) -> dict[str, Any]:
         if index > last_seen and missing:
             break
         index += 1
+    unseen = {shard: written_by[shard] for shard in missing if shard in (written_by or {})}
+    if unseen:
+        raise RuntimeError(
+            f"{output}: shard(s) {sorted(unseen)} written in this run ({', '.join(sorted(set(unseen.values())))})"
+            f" are not complete in {folder} as {socket.gethostname()} sees it: the output must be on a file system"
+            f" that every node shares, at the same path"
+        )
     if missing:
         raise RuntimeError(
             f"{output}: shard(s) {missing[:10]}{' ...' if len(missing) > 10 else ''} not complete"
@@ -243,7 +312,7 @@ def merge_shards(folder: Path, output: str, key: str) -> dict[str, Any]:
         out.commit()
     shutil.rmtree(folder, ignore_errors=True)
     return {"sentences": sum(r["sentences"] for r in records), "tokens": sum(r["tokens"] for r in records),
-            "shards": len(records)}
+            "shards": len(records), "reused": sum(r.get("run") != token for r in records)}
 
 
 def predict_sharded(
@@ -257,11 +326,14 @@ def predict_sharded(
     precision: str = "32",
     token_columns: list[int] | None = None,
     progress: bool | None = None,
+    shared_wait_s: float = SHARED_WAIT_S,
 ) -> dict[str, Any]:
     """Run ``job`` with ``model`` through ``Trainer(**trainer_config).predict`` (module
     docstring); returns the summary of :meth:`FilePrediction.run` plus ``shards`` and ``reused``
     (shards found complete). ``checkpoint``: the file ``model`` was loaded from (part of the
-    job's fingerprint); ``progress``: rank 0's progress bar (None: when stderr is a terminal)."""
+    job's fingerprint); ``progress``: rank 0's progress bar (None: when stderr is a terminal);
+    ``shared_wait_s``: how long each rank waits to see the shard folder that rank 0 prepared
+    (:mod:`neurocrf.inference.ranks`)."""
     if job.input.name == STDIN:
         raise ValueError("input=- (standard input) cannot be shared by several processes or resumed: give a file")
     job.input.source.close()
@@ -269,13 +341,10 @@ def predict_sharded(
     model.prediction_options = {"nbest": job.nbest, "precision": precision, "confidences": job.confidences}
     options = {"batch_size": batch_size, "max_tokens": max_tokens, **model.prediction_options, "columns": columns}
     key = job_key(job, checkpoint, options)
-    folder = shard_dir(job.output)
-    reused = prepare_shards(folder, key)
-    if reused:
-        log.info("%s: %d complete shard(s) found, predicting the others", folder, reused)
+    writer = ShardWriter(key, job.output, progress, shared_wait_s)
     config = {k: v for k, v in trainer_config.items() if k != "_target_"}
     config.update(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
-    trainer = pl.Trainer(callbacks=[ShardWriter(key, progress)], **config)
+    trainer = pl.Trainer(callbacks=[writer], **config)
     stream = ShardStream(job.spec, key, batch_size, max_tokens, columns)
     with warnings.catch_warnings():  # the stream has no sampler: the writer needs no batch indices
         warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
@@ -283,8 +352,8 @@ def predict_sharded(
                         return_predictions=False)
     if not trainer.is_global_zero:
         return {"output": job.output, "rank": trainer.global_rank}
-    summary = merge_shards(folder, job.output, key)
+    summary = merge_shards(writer.folder, job.output, key, writer.written_by)
     if job.output != STDIN:
         log.info("wrote %d sentences to %s (%d shards, %d reused)", summary["sentences"], job.output,
-                 summary["shards"], reused)
-    return {**summary, "input_format": job.input.format, "output": job.output, "reused": reused}
+                 summary["shards"], summary["reused"])
+    return {**summary, "input_format": job.input.format, "output": job.output}
