@@ -386,7 +386,17 @@ def test_unsupported_inputs_say_why(monkeypatch):
         backend.log_partition(*potentials, lengths)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     *big, lengths = random_chain(1, 2, 40, 2, torch.float32, generator)
-    assert "on-chip tile" in backend.unsupported(*big, lengths)
+    assert backend.unsupported(*big, lengths) is None  # 1600 pair states: the blocked kernels
+    assert backend.unsupported(*big, lengths, k=16) is None
+
+    def first_order(size):  # expanded views: no memory
+        return [torch.zeros(1).expand(*shape) for shape in ((size,), (size, size), (size,), (1, 2, size))]
+
+    assert "int32 offsets" in backend.unsupported(*first_order(50000), lengths)
+    wide = first_order(40000)
+    assert backend.unsupported(*wide, lengths, k=8) is None
+    assert "key limit" in backend.unsupported(*wide, lengths, k=30000)
+    assert "do not fit one block" in backend.unsupported(*big, lengths, k=5000)
     order3 = [torch.zeros(2, 2, 2), torch.zeros(2, 2, 2, 2), torch.zeros(2, 2, 2), torch.zeros(1, 1, 2, 2, 2)]
     assert "order 3" in backend.unsupported(*order3, torch.ones(1, dtype=torch.long))
     assert "dtype" in backend.unsupported(*potentials[:3], potentials[3].long(), lengths)

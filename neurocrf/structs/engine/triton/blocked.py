@@ -119,7 +119,7 @@ def forward_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_
             for co in range(0, C, BC):
                 m, c, dst, ok = _dest_block(mo, co, C, NB, BB, BC)
                 peak = tl.full((BB, BC), NEG_INF, dtype)
-                total = tl.zeros((BB, BC), dtype)
+                total = tl.full((BB, BC), 0.0, dtype)
                 for ao in range(0, C, BA):
                     a, src, src_ok = _source_block(ao, m, C, NB, BA)
                     prev = tl.load(before + src, mask=src_ok, other=NEG_INF) - shift
@@ -139,7 +139,7 @@ def forward_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_
         tl.debug_barrier()
     last = work + (tl.maximum(n - 1, 0) % 2) * N
     peak = tl.full((BB, BC), NEG_INF, dtype)
-    total = tl.zeros((BB, BC), dtype)
+    total = tl.full((BB, BC), 0.0, dtype)
     for mo in range(0, NB, BB):
         for co in range(0, C, BC):
             m, c, dst, ok = _dest_block(mo, co, C, NB, BB, BC)
@@ -202,7 +202,7 @@ def backward_blocked_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_
             tl.store(work + (last % 2) * N + dst, b, mask=ok)
             top = tl.maximum(top, base._max2(b))
     bshift = base._finite_or_zero(top)
-    beta_scale = tl.zeros([], tl.float64)
+    beta_scale = tl.full([], 0.0, tl.float64)
     alpha_scale = tl.load(scale_ptr + row * T + last, mask=live, other=0.0)
     tl.debug_barrier()
     _nodes(alpha_ptr + (row * T + last) * N, work + (last % 2) * N, d_em_ptr + (row * T + last) * N, d_start_ptr
@@ -228,7 +228,7 @@ def backward_blocked_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_
                 if MOVES:
                     before = tl.load(alpha_ptr + (row * T + t - 1) * N + src, mask=src_ok, other=NEG_INF)
                 peak = tl.full((BA, BB), NEG_INF, dtype)
-                total = tl.zeros((BA, BB), dtype)
+                total = tl.full((BA, BB), 0.0, dtype)
                 for co in range(0, C, BC):
                     _, c, dst, ok = _dest_block(mo, co, C, NB, BB, BC)
                     e = tl.load(em_pos + m[:, None] * s_em + c[None, :] * s_el, mask=ok, other=NEG_INF)
