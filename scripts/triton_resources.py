@@ -4,8 +4,9 @@ Compiles every kernel of :mod:`neurocrf.structs.engine.triton.kernels` for each 
 state-space sizes (with the block sizes and warps the backend would launch) and prints a markdown
 table of registers per thread and spill bytes (the thread's stack frame and local arrays in local
 memory: cuobjdump's STACK + LOCAL), read from the cubin with ``cuobjdump -res-usage`` from Triton's
-NVIDIA backend. The last rows are one size past the backend's on-chip limit
-(:data:`~neurocrf.structs.engine.triton.runtime.MAX_TILE`), where the kernels would spill.
+NVIDIA backend. State spaces past the single-tile limit
+(:data:`~neurocrf.structs.engine.triton.runtime.MAX_TILE`) compile the blocked kernels the backend
+launches for them (the ``kernel`` column names the function).
 
     python scripts/triton_resources.py                       # sm_80 and sm_90, the default sizes
     python scripts/triton_resources.py --arch 90 --sizes 9,17 --out resources.md
@@ -21,8 +22,10 @@ import triton
 
 from neurocrf.structs.engine.triton.compiling import KERNELS, Case, compile_kernel, resource_usage
 
-# (C, order, k): first-order tag sets, the precursor's expanded states, pair states; k for search
-DEFAULT_CASES = [(9, 1, 1), (17, 1, 1), (33, 1, 1), (9, 1, 5), (17, 1, 16), (10, 2, 1), (6, 2, 5), (18, 2, 1)]
+# (C, order, k): first-order tag sets, the precursor's expanded states, pair states; k for search.
+# From (18, 2, 1) on the blocked kernels: pair states of 17 and 33 tags, 200 states, k = 16 at 33
+DEFAULT_CASES = [(9, 1, 1), (17, 1, 1), (33, 1, 1), (9, 1, 5), (17, 1, 16), (10, 2, 1), (6, 2, 5), (18, 2, 1),
+                 (34, 2, 1), (200, 1, 1), (33, 1, 16), (34, 2, 16)]
 
 
 def cases(sizes: list[tuple[int, int, int]]) -> list[Case]:
@@ -55,7 +58,7 @@ def main() -> None:
             compiled = compile_kernel(case, arch)
             usage = resource_usage(compiled.asm["cubin"])
             k = case.k if case.kernel == "search_kernel" else "-"
-            line = (f"| {case.kernel} | {case.size} | {case.order} | {k}"
+            line = (f"| {case.plan()[0]} | {case.size} | {case.order} | {k}"
                     f" | {'per position' if case.per_position else 'shared'} | {case.num_warps()} | sm_{arch}"
                     f" | {usage['registers']} | {usage['spill_bytes']} | {usage['shared_bytes']} |")
             lines.append(line)
