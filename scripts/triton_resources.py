@@ -20,6 +20,7 @@ import time
 
 import triton
 
+from neurocrf.structs.engine.triton import runtime
 from neurocrf.structs.engine.triton.compiling import KERNELS, Case, compile_kernel, resource_usage
 
 # (C, order, k): first-order tag sets, the precursor's expanded states, pair states; k for search.
@@ -37,6 +38,8 @@ def cases(sizes: list[tuple[int, int, int]]) -> list[Case]:
             out.append(Case(kernel, size, order, k))
             if kernel != "search_kernel" and k == 1 and order == 1 and size == 9:
                 out.append(Case(kernel, size, order, k, per_position=True))
+            if kernel == "backward_kernel" and runtime.plan(kernel, size, order)[0] != kernel:
+                out.append(Case(kernel, size, order, k, dtype="float64", emissions="float64"))  # smaller blocks
     return out
 
 
@@ -50,8 +53,8 @@ def main() -> None:
         tuple(int(v) for v in (item.split(":") + ["1", "1"])[:3]) for item in args.sizes.split(",")]
     lines = [f"triton {triton.__version__}, python {platform.python_version()}, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-             "| kernel | C | order | k | transitions | warps | target | registers | spill B | shared B |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| kernel | C | order | k | transitions | dtype | warps | target | registers | spill B | shared B |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     for case in cases(sizes):
         for arch in (int(a) for a in args.arch.split(",")):
@@ -59,7 +62,8 @@ def main() -> None:
             usage = resource_usage(compiled.asm["cubin"])
             k = case.k if case.kernel == "search_kernel" else "-"
             line = (f"| {case.plan()[0]} | {case.size} | {case.order} | {k}"
-                    f" | {'per position' if case.per_position else 'shared'} | {case.num_warps()} | sm_{arch}"
+                    f" | {'per position' if case.per_position else 'shared'} | {case.dtype}"
+                    f" | {case.num_warps()} | sm_{arch}"
                     f" | {usage['registers']} | {usage['spill_bytes']} | {usage['shared_bytes']} |")
             lines.append(line)
             print(line, flush=True)

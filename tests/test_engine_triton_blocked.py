@@ -211,3 +211,5 @@ def test_plan_picks_blocks_within_the_budget():
         ranks = constants.get("BK", 1)
         assert constants["BA"] * constants["BB"] * constants["BC"] * ranks <= runtime.BLOCK_TILE
         assert constants["BB"] == 1 or order == 2
+    wide = runtime.plan("backward_kernel", 200, 1, wide=True)[1]  # float64: half the block
+    assert wide["BA"] * wide["BC"] <= runtime.BLOCK_TILE // 2

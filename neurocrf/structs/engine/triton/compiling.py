@@ -45,7 +45,7 @@ class Case:
     def plan(self) -> tuple[str, dict[str, int]]:
         """The kernel function the backend launches for this case and its constants (see
         :func:`.runtime.plan`)."""
-        return runtime.plan(self.kernel, self.size, self.order, self.k)
+        return runtime.plan(self.kernel, self.size, self.order, self.k, wide=self.dtype == "float64")
 
     @property
     def blocked(self) -> bool:

@@ -63,7 +63,7 @@ class Inputs:
         """The kernel function to launch for ``kernel`` (see :func:`.runtime.plan`), whether it is
         a blocked one (it takes a scratch buffer after its outputs) and its constants: block
         sizes, ``PER_POSITION`` and ``num_warps``."""
-        name, constants = runtime.plan(kernel, self.size, self.order, k)
+        name, constants = runtime.plan(kernel, self.size, self.order, k, wide=self.dtype == torch.float64)
         return name, name != kernel, {**constants, "PER_POSITION": self.per_position}
 
 

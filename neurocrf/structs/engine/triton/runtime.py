@@ -34,7 +34,9 @@ MAX_TILE = 16384
 """Largest transition tile ``C^order * C`` (times the power-of-two rank block for k best) that the
 single-tile kernels keep on chip; larger state spaces run the blocked kernels."""
 BLOCK_TILE = 4096
-"""Elements of one block tile ``[BA, BB, BC]`` (times the rank block) of the blocked kernels."""
+"""Elements of one block tile ``[BA, BB, BC]`` (times the rank block) of the blocked kernels; the
+backward kernel in float64 (which holds about three such tiles at once) takes half as many, so
+that it does not spill (float64 is also the compute dtype of long sequences)."""
 BLOCKED = {"forward_kernel": "forward_blocked_kernel", "backward_kernel": "backward_blocked_kernel",
            "search_kernel": "search_blocked_kernel"}
 """The blocked variant of each kernel (one more argument: the per-row scratch buffer)."""
@@ -142,13 +144,13 @@ def num_warps(kernel: str, elements: int) -> int:
     return max(1, min(most, next_power_of_2(elements // (32 * per_thread))))
 
 
-def blocked_blocks(size: int, order: int, k: int = 1) -> dict[str, int]:
+def blocked_blocks(size: int, order: int, k: int = 1, share: int = 1) -> dict[str, int]:
     """Block sizes of the blocked kernels for ``C = size``: ``BC`` last components of the
     destination layout (at most 256, fewer with many ranks), then ``BA`` source components and
     (order 2) ``BB`` middle components, about square, so that ``BA * BB * BC * BK`` is at most
-    :data:`BLOCK_TILE` (``BK``, the rank block, is not split)."""
+    :data:`BLOCK_TILE` / ``share`` (``BK``, the rank block, is not split)."""
     full, ranks = next_power_of_2(size), next_power_of_2(k)
-    budget = max(1, BLOCK_TILE // ranks)
+    budget = max(1, BLOCK_TILE // share // ranks)
     last = min(full, 256, max(1, budget // 16))
     rest = max(1, budget // last)
     if order == 1:
@@ -157,14 +159,16 @@ def blocked_blocks(size: int, order: int, k: int = 1) -> dict[str, int]:
     return {"ORDER": 2, "BA": source, "BB": min(full, max(1, rest // source)), "BC": last}
 
 
-def plan(kernel: str, size: int, order: int, k: int = 1) -> tuple[str, dict[str, int]]:
+def plan(kernel: str, size: int, order: int, k: int = 1, wide: bool = False) -> tuple[str, dict[str, int]]:
     """The kernel function to launch for ``kernel`` (its single-tile or blocked variant) and its
-    launch constants: block sizes, ``BK`` for search, ``num_warps``."""
+    launch constants: block sizes, ``BK`` for search, ``num_warps`` (``wide``: the compute dtype
+    is float64)."""
     ranks = next_power_of_2(k) if kernel == "search_kernel" else 1
     if tile_elements(size, order, ranks) <= MAX_TILE:
         name, shape = kernel, blocks(size, order)
     else:
-        name, shape = BLOCKED[kernel], blocked_blocks(size, order, ranks)
+        share = 2 if wide and kernel == "backward_kernel" else 1
+        name, shape = BLOCKED[kernel], blocked_blocks(size, order, ranks, share)
     elements = shape["BA"] * shape["BB"] * shape["BC"] * ranks
     if kernel == "search_kernel":
         shape["BK"] = ranks
