@@ -165,7 +165,7 @@ def test_tiny_blocks_break_ties_as_the_torch_engine(tiny_blocks, order, k, eleme
 def test_tiny_blocks_rows_without_a_path_and_large_emissions(tiny_blocks):
     """Blocked kernels: a row without any path gives -inf, zero gradients and states -1; a row of
     length 0 gives 0 and one empty path; emissions of 1e4 give no NaN and the torch engine's
-    values (the unshifted stored scores are rescaled when read)."""
+    values (the unshifted stored scores are rescaled when read); bfloat16 emissions run."""
     tiny_blocks(16)
     generator = torch.Generator().manual_seed(4)
     *potentials, _ = random_chain(3, 3, 5, 1, torch.float32, generator, holes=0.0)
@@ -181,6 +181,9 @@ def test_tiny_blocks_rows_without_a_path_and_large_emissions(tiny_blocks):
     ref_log_z, ref_grads = torch_gradients([x.double() for x in big], torch.tensor([3, 2, 1]))
     torch.testing.assert_close(log_z.double(), ref_log_z, rtol=1e-6, atol=0)
     torch.testing.assert_close(grads[3].double(), ref_grads[3], rtol=1e-4, atol=1e-4)
+    low = potentials[3].to(torch.bfloat16)  # upcast inside: the same as float32 emissions of these values
+    torch.testing.assert_close(backend.log_partition(*potentials[:3], low, lengths),
+                               backend.log_partition(*potentials[:3], low.float(), lengths))
 
 
 def test_blocked_launches_do_not_grow_with_length_or_batch(tiny_blocks):
