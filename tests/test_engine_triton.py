@@ -408,7 +408,8 @@ def test_unsupported_inputs_say_why(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch,seq_len,size,order", [(32, 40, 9, 1), (256, 128, 17, 1), (64, 1024, 9, 1),
-                                                      (32, 40, 10, 2), (64, 1024, 10, 2)])
+                                                      (32, 40, 10, 2), (64, 1024, 10, 2),
+                                                      (32, 40, 200, 1), (16, 40, 34, 2)])  # blocked kernels
 def test_gpu_matches_torch_engine(batch, seq_len, size, order):
     generator = torch.Generator().manual_seed(batch + seq_len)
     *potentials, lengths = random_chain(batch, seq_len, size, order, torch.float32, generator, holes=0.1)

@@ -16,7 +16,7 @@ expanded precursor states) or 2 (pair states).
 
 State-space size. A state space whose transition tile ``[BA, BB, BC]`` (``C^order x C`` rounded
 up to powers of two, times the rank block for k best) fits :data:`~.runtime.MAX_TILE` (16,384
-elements: first order up to 128 states, pair states up to 16 components, k = 16 up to 17 states)
+elements: first order up to 128 states, pair states up to 16 components, k = 16 up to 32 states)
 runs the single-tile kernels, everything in registers. Larger ones run the blocked kernels of
 :mod:`.blocked`: each position loops over blocks of destination and source states of at most
 :data:`~.runtime.BLOCK_TILE` elements (times the rank block), with the row's state vectors in a
