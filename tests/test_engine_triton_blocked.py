@@ -133,7 +133,7 @@ def test_large_state_spaces_match_torch_engine(size, order, per_position, dtype,
 # --- tiny blocks: every state space split in many blocks -----------------------------------------
 
 @pytest.mark.parametrize("size,order,per_position,dtype", [
-    (5, 1, True, torch.float32), (3, 2, False, torch.float64),
+    (3, 2, False, torch.float64), pytest.param(5, 1, True, torch.float32, marks=pytest.mark.slow),
     pytest.param(7, 1, False, torch.float64, marks=pytest.mark.slow),
     pytest.param(4, 2, True, torch.float32, marks=pytest.mark.slow)], ids=lambda v: str(v).replace("torch.", ""))
 def test_tiny_blocks_match_torch_engine(tiny_blocks, size, order, per_position, dtype):
@@ -190,7 +190,7 @@ def test_tiny_blocks_rows_without_a_path_and_large_emissions(tiny_blocks):
 def test_blocked_launches_do_not_grow_with_length_or_batch(tiny_blocks):
     tiny_blocks(16)
     counts = []
-    for batch, seq_len in ((2, 2), (2, 4), (3, 4)):
+    for batch, seq_len in ((2, 2), (2, 3), (3, 3)):
         *potentials, lengths = random_chain(batch, seq_len, 3, 1, torch.float32, torch.Generator().manual_seed(1))
         leaves = [x.requires_grad_(True) for x in potentials]
         before = dict(runtime.LAUNCHES)
