@@ -35,7 +35,7 @@ SLOW = ([Case("search_kernel", 9, k=5)] + [Case(kernel, 6, 2) for kernel in KERN
         + [Case(kernel, 34, 2) for kernel in KERNELS] + [Case("search_kernel", 200), Case("search_kernel", 34, 2, k=16)]
         + [Case(kernel, 200, per_position=True) for kernel in KERNELS[:2]]
         + [Case(kernel, 34, 2, dtype="float64", emissions="float64") for kernel in KERNELS]
-        + [Case("forward_kernel", 200, emissions="bfloat16")])
+        + [Case(kernel, 200, emissions="bfloat16") for kernel in KERNELS[:2]])
 CASES = ([pytest.param(case, arch, id=f"{case}-sm{arch}") for arch in (80, 90) for case in DEFAULT]
          + [pytest.param(case, arch, id=f"{case}-sm{arch}", marks=pytest.mark.slow) for arch in (80, 90)
             for case in SLOW])
