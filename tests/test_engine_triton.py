@@ -386,7 +386,17 @@ def test_unsupported_inputs_say_why(monkeypatch):
         backend.log_partition(*potentials, lengths)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     *big, lengths = random_chain(1, 2, 40, 2, torch.float32, generator)
-    assert "on-chip tile" in backend.unsupported(*big, lengths)
+    assert backend.unsupported(*big, lengths) is None  # 1600 pair states: the blocked kernels
+    assert backend.unsupported(*big, lengths, k=16) is None
+
+    def first_order(size):  # expanded views: no memory
+        return [torch.zeros(1).expand(*shape) for shape in ((size,), (size, size), (size,), (1, 2, size))]
+
+    assert "int32 offsets" in backend.unsupported(*first_order(50000), lengths)
+    wide = first_order(40000)
+    assert backend.unsupported(*wide, lengths, k=8) is None
+    assert "key limit" in backend.unsupported(*wide, lengths, k=30000)
+    assert "do not fit one block" in backend.unsupported(*big, lengths, k=5000)
     order3 = [torch.zeros(2, 2, 2), torch.zeros(2, 2, 2, 2), torch.zeros(2, 2, 2), torch.zeros(1, 1, 2, 2, 2)]
     assert "order 3" in backend.unsupported(*order3, torch.ones(1, dtype=torch.long))
     assert "dtype" in backend.unsupported(*potentials[:3], potentials[3].long(), lengths)
@@ -398,7 +408,8 @@ def test_unsupported_inputs_say_why(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch,seq_len,size,order", [(32, 40, 9, 1), (256, 128, 17, 1), (64, 1024, 9, 1),
-                                                      (32, 40, 10, 2), (64, 1024, 10, 2)])
+                                                      (32, 40, 10, 2), (64, 1024, 10, 2),
+                                                      (32, 40, 200, 1), (16, 40, 34, 2)])  # blocked kernels
 def test_gpu_matches_torch_engine(batch, seq_len, size, order):
     generator = torch.Generator().manual_seed(batch + seq_len)
     *potentials, lengths = random_chain(batch, seq_len, size, order, torch.float32, generator, holes=0.1)

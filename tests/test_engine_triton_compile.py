@@ -22,22 +22,28 @@ if not isinstance(triton.language.standard._sum_combine, triton.runtime.JITFunct
     # TRITON_INTERPRET was set when triton was imported: its own library is interpreted then
     pytest.skip("triton was imported in interpreter mode (TRITON_INTERPRET=1)", allow_module_level=True)
 
-DEFAULT = [Case(kernel, 9) for kernel in KERNELS]
+# blocked kernels (state spaces past one on-chip tile): 200 states, k = 16 at 33 states
+DEFAULT = [Case(kernel, 9) for kernel in KERNELS] + [Case("forward_kernel", 200), Case("backward_kernel", 200),
+                                                       Case("search_kernel", 33, k=16)]
 SLOW = ([Case("search_kernel", 9, k=5)] + [Case(kernel, 6, 2) for kernel in KERNELS]
         + [Case(kernel, size, order) for kernel in KERNELS for size, order in ((17, 1), (33, 1), (10, 2))]
         + [Case(kernel, 9, per_position=True) for kernel in KERNELS]
         + [Case(kernel, 5, 2, per_position=True) for kernel in KERNELS]
         + [Case(kernel, 9, dtype="float64", emissions="float64") for kernel in KERNELS]
         + [Case(kernel, 9, emissions="bfloat16") for kernel in KERNELS[:2]]
-        + [Case("search_kernel", 17, k=16), Case("search_kernel", 6, 2, k=5)])
+        + [Case("search_kernel", 17, k=16), Case("search_kernel", 6, 2, k=5)]
+        + [Case(kernel, 34, 2) for kernel in KERNELS] + [Case("search_kernel", 200), Case("search_kernel", 34, 2, k=16)]
+        + [Case(kernel, 200, per_position=True) for kernel in KERNELS[:2]]
+        + [Case(kernel, 34, 2, dtype="float64", emissions="float64") for kernel in KERNELS]
+        + [Case(kernel, 200, emissions="bfloat16") for kernel in KERNELS[:2]])
 CASES = ([pytest.param(case, arch, id=f"{case}-sm{arch}") for arch in (80, 90) for case in DEFAULT]
          + [pytest.param(case, arch, id=f"{case}-sm{arch}", marks=pytest.mark.slow) for arch in (80, 90)
             for case in SLOW])
 
 
-# a few registers' worth (triton 3.6 spills 16-24 bytes in the 33-state backward kernel); the largest
-# search tile (C = 17, 16 ranks: 16384 float64 candidates in 512 threads) about 0.5 KB. Tiles past
-# the backend's limit spill kilobytes (scripts/triton_resources.py).
+# a few registers' worth (triton 3.6 spills 16-24 bytes in the 33-state backward kernel, the blocked
+# kernels up to 56 bytes); the largest single search tile (C = 17, 16 ranks: 16384 float64
+# candidates in 512 threads) about 0.5 KB (scripts/triton_resources.py).
 SMALL_SPILL = 64
 SPILL_ALLOWANCE = {Case("search_kernel", 17, k=16): 1024}
 

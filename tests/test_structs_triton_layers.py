@@ -59,6 +59,41 @@ def test_a_triton_layer_computes_what_the_torch_layer_computes(kind: str, monkey
     torch.testing.assert_close(theirs[5], marginals)
 
 
+@pytest.mark.parametrize("kind", ["second_order", "precursor"])
+def test_a_large_triton_layer_runs_the_blocked_kernels(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past one on-chip tile (the second-order layer with 17 tags: 18 x 18 pair states; the
+    precursor layer with 45 entity types: 136 states) the layer still runs on the Triton backend
+    and computes what the torch layer computes."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch.manual_seed(1)
+    tags = ["O"] + [f"{prefix}-T{i}" for i in range(8 if kind == "second_order" else 45) for prefix in "BI"]
+    build = {"second_order": lambda backend: SecondOrderCRF(len(tags), backend=backend),
+             "precursor": lambda backend: PrecursorInducedCRF(tags, "IOB2", backend=backend)}[kind]
+    reference, layer = build("torch"), build("triton")
+    with torch.no_grad():
+        for param in reference.parameters():
+            param.normal_()
+    layer.load_state_dict(reference.state_dict())
+    emissions = torch.randn(2, 4, len(tags), dtype=torch.float64)
+    mask = torch.tensor([[True, True, False, True], [True, False, False, False]])
+    gold = reference.decode(emissions, mask).clamp(min=0)
+    runtime.LAUNCHES.clear()
+    results = []
+    for crf in (reference, layer):
+        leaf = emissions.clone().requires_grad_()
+        nll = crf(leaf, gold, mask, reduction="sum")
+        grads = torch.autograd.grad(nll, [leaf, *crf.parameters()])
+        with torch.no_grad():
+            results.append((nll, grads, crf.decode(emissions, mask), *crf.nbest(emissions, mask, k=2)))
+    assert set(runtime.BLOCKED.values()) <= set(runtime.LAUNCHES)
+    (nll, grads, best_paths, nbest, nbest_scores), theirs = results
+    torch.testing.assert_close(theirs[0], nll)
+    for mine, other in zip(theirs[1], grads):
+        torch.testing.assert_close(mine, other)
+    assert torch.equal(theirs[2], best_paths) and torch.equal(theirs[3], nbest)
+    torch.testing.assert_close(theirs[4], nbest_scores)
+
+
 def test_a_triton_layer_on_cpu_tensors_without_the_interpreter_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(BackendError, match="needs CUDA tensors"):

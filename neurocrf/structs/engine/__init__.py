@@ -166,7 +166,7 @@ def _reason(name: str, quantity: str, potentials: tuple[Tensor, ...], k: int) ->
 def select(requested: str, quantity: str, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor,
            lengths: Tensor, scan: str = "auto", k: int = 1) -> tuple[str, ModuleType]:
     """``(name, module)`` of the backend that computes ``quantity`` for a layer set to ``requested``
-    (``k``: the number of paths ``kbest`` is asked for; a backend's on-chip tiles may limit it).
+    (``k``: the number of paths ``kbest`` is asked for; a backend may limit it).
 
     Raises:
         BackendError: the backend named (by the layer or :data:`ENV`) cannot compute it here.

@@ -42,22 +42,31 @@ class Case:
     dtype: str = "float32"
     emissions: str = "float32"
 
+    def plan(self) -> tuple[str, dict[str, int]]:
+        """The kernel function the backend launches for this case and its constants (see
+        :func:`.runtime.plan`)."""
+        return runtime.plan(self.kernel, self.size, self.order, self.k, wide=self.dtype == "float64")
+
+    @property
+    def blocked(self) -> bool:
+        return self.plan()[0] != self.kernel
+
     def constants(self) -> dict[str, object]:
-        constants: dict[str, object] = {**runtime.blocks(self.size, self.order), "PER_POSITION": self.per_position}
+        constants: dict[str, object] = {**self.plan()[1], "PER_POSITION": self.per_position}
+        del constants["num_warps"]
         if self.kernel == "forward_kernel":
             constants["STORE"] = True
         elif self.kernel == "backward_kernel":
             constants["MOVES"] = True
-        else:
-            constants["BK"] = runtime.next_power_of_2(self.k)
         return constants
 
     def num_warps(self) -> int:
-        return runtime.num_warps(self.kernel, runtime.tile_elements(self.size, self.order, self.k))
+        return self.plan()[1]["num_warps"]
 
     def signature(self, arg_names: list[str]) -> dict[str, str]:
         constants = self.constants()
-        kinds = {**_POINTERS, "d_moves_ptr": "pot" if self.per_position else "fp64"}
+        kinds = {**_POINTERS, "d_moves_ptr": "pot" if self.per_position else "fp64",
+                 "work_ptr": "fp64" if self.kernel == "search_kernel" else "pot"}
         signature = {}
         for name in arg_names:
             if name in constants:
@@ -71,7 +80,7 @@ class Case:
         return signature
 
     def __str__(self) -> str:
-        extra = f" k={self.k}" if self.kernel == "search_kernel" else ""
+        extra = (f" k={self.k}" if self.kernel == "search_kernel" else "") + (" blocked" if self.blocked else "")
         where = " per-position" if self.per_position else ""
         emissions = f" ({self.emissions} emissions)" if self.emissions != self.dtype else ""
         return f"{self.kernel} C={self.size} order={self.order}{extra}{where} {self.dtype}{emissions}"
@@ -82,7 +91,7 @@ def compile_kernel(case: Case, arch: int):
     import triton
     from triton.backends.compiler import GPUTarget
 
-    fn = getattr(runtime.kernels(False), case.kernel)
+    fn = getattr(runtime.kernels(False), case.plan()[0])
     source = triton.compiler.ASTSource(fn, case.signature(fn.arg_names), case.constants())
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": case.num_warps()})
 

@@ -59,10 +59,12 @@ class Inputs:
         return (self.seq_len, self.size, self.size ** (self.order - 1),
                 *runtime.emission_strides(self.emissions, self.order))
 
-    def constants(self, kernel: str, k: int = 1) -> dict[str, int]:
-        """Block sizes, ``PER_POSITION`` and ``num_warps`` of a launch of ``kernel``."""
-        return {**runtime.blocks(self.size, self.order), "PER_POSITION": self.per_position,
-                "num_warps": runtime.num_warps(kernel, runtime.tile_elements(self.size, self.order, k))}
+    def plan(self, kernel: str, k: int = 1) -> tuple[str, bool, dict[str, int]]:
+        """The kernel function to launch for ``kernel`` (see :func:`.runtime.plan`), whether it is
+        a blocked one (it takes a scratch buffer after its outputs) and its constants: block
+        sizes, ``PER_POSITION`` and ``num_warps``."""
+        name, constants = runtime.plan(kernel, self.size, self.order, k, wide=self.dtype == torch.float64)
+        return name, name != kernel, {**constants, "PER_POSITION": self.per_position}
 
 
 def result_dtype(*tensors: Tensor) -> torch.dtype:

@@ -19,6 +19,9 @@ largest score, and the subtracted amounts are accumulated in float64 (the per-po
 of moderate size whatever the magnitude of the emissions. ``-inf`` scores (constraints, padding
 lanes of non-power-of-two blocks) stay exact; rows without any finite path give ``-inf``.
 
+State spaces whose tile does not fit one program's registers run the blocked variants of these
+kernels (:mod:`.blocked`); the choice is made per call by :func:`.runtime.plan`.
+
 The kernels read the compute dtype from ``start`` (float32 or float64); emissions of any float
 dtype are upcast on load. Search (Viterbi, k best) always computes in float64 with the same order
 of additions as the torch engine, so scores and ties are identical.

@@ -24,8 +24,10 @@ def _forward(x: Inputs, store: bool) -> tuple[Tensor, Tensor, Tensor]:
     shape = (x.batch, x.seq_len) if store else (0, 0)
     alphas = torch.empty(*shape, x.num_states, dtype=x.dtype, device=device)
     scales = torch.empty(*shape, dtype=torch.float64, device=device)
-    runtime.launch("forward_kernel", x.batch, x.start, x.moves, x.end, x.emissions, x.lengths, log_z, alphas,
-                   scales, *x.scalars(), STORE=store, **x.constants("forward_kernel"))
+    name, blocked, constants = x.plan("forward_kernel")
+    work = (torch.empty(x.batch, 2, x.num_states, dtype=x.dtype, device=device),) if blocked else ()
+    runtime.launch(name, x.batch, x.start, x.moves, x.end, x.emissions, x.lengths, log_z, alphas, scales, *work,
+                   *x.scalars(), STORE=store, **constants)
     return log_z, alphas, scales
 
 
@@ -39,15 +41,17 @@ def _backward(x: Inputs, log_z: Tensor, alphas: Tensor, scales: Tensor, weights:
     d_emissions = torch.zeros(x.batch, x.seq_len, states, dtype=dtype, device=device)
     d_start = torch.empty(x.batch, states, dtype=dtype, device=device)
     d_end = torch.empty(x.batch, states, dtype=dtype, device=device)
+    name, blocked, constants = x.plan("backward_kernel")
     if not moves:
         d_moves = torch.empty(0, dtype=dtype, device=device)
     elif x.per_position:
         d_moves = torch.zeros(x.batch, x.seq_len, states, size, dtype=dtype, device=device)
-    else:
-        d_moves = torch.empty(x.batch, states, size, dtype=torch.float64, device=device)
-    runtime.launch("backward_kernel", x.batch, x.moves, x.end, x.emissions, x.lengths, log_z,
-                   weights.to(torch.float64).contiguous(), alphas, scales, d_emissions, d_start, d_end, d_moves,
-                   *x.scalars(), MOVES=moves, **x.constants("backward_kernel"))
+    else:  # the blocked kernel adds the edge marginals of each position into it
+        d_moves = (torch.zeros if blocked else torch.empty)(x.batch, states, size, dtype=torch.float64, device=device)
+    work = (torch.empty(x.batch, 2, states, dtype=dtype, device=device),) if blocked else ()
+    runtime.launch(name, x.batch, x.moves, x.end, x.emissions, x.lengths, log_z, weights.to(torch.float64).contiguous(),
+                   alphas, scales, d_emissions, d_start, d_end, d_moves, *work, *x.scalars(), MOVES=moves,
+                   **constants)
     state_shape = (size,) * x.order
     grad_moves = None
     if moves:

@@ -8,6 +8,12 @@ forced for the duration: :func:`kernels` returns the compiled or the interpreted
 a call is read when the call is made: the interpreter when ``TRITON_INTERPRET`` is set (Triton's
 own rule), compiled kernels otherwise (CUDA tensors only).
 
+Kernel choice (:func:`plan`): a state space whose transition tile ``C^order * C`` (times the rank
+block for k best) fits :data:`MAX_TILE` runs the single-tile kernels of :mod:`.kernels`, held
+entirely in registers; larger ones run the blocked kernels of :mod:`.blocked`, which loop over
+blocks of at most :data:`BLOCK_TILE` elements and keep the row's state vectors in a scratch buffer.
+Either way one call launches one kernel per quantity.
+
 Every launch goes through :func:`launch`, which counts launches per kernel in :data:`LAUNCHES`
 (the tests check that a call launches the same number of kernels at every sequence length).
 """
@@ -25,8 +31,17 @@ from torch import Tensor
 
 MIN_TRITON = (3, 2)
 MAX_TILE = 16384
-"""Largest transition tile ``C^order * C`` (times the power-of-two rank block for k best) one
-program keeps on chip; larger state spaces are refused by :func:`unsupported`."""
+"""Largest transition tile ``C^order * C`` (times the power-of-two rank block for k best) that the
+single-tile kernels keep on chip; larger state spaces run the blocked kernels."""
+BLOCK_TILE = 4096
+"""Elements of one block tile ``[BA, BB, BC]`` (times the rank block) of the blocked kernels; the
+backward kernel in float64 (which holds about three such tiles at once) takes half as many, so
+that it does not spill (float64 is also the compute dtype of long sequences)."""
+BLOCKED = {"forward_kernel": "forward_blocked_kernel", "backward_kernel": "backward_blocked_kernel",
+           "search_kernel": "search_blocked_kernel"}
+"""The blocked variant of each kernel (one more argument: the per-row scratch buffer)."""
+MAX_KEY = 1 << 30
+"""Search keys ``state * k + rank`` must stay below this (int32 back-pointers)."""
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 LAUNCHES: collections.Counter[str] = collections.Counter()
@@ -56,21 +71,31 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
+def _load(path: Path, interpret: bool) -> ModuleType:
+    name = f"{__package__}._{path.stem}_{'interpreted' if interpret else 'compiled'}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def kernels(interpret: bool) -> ModuleType:
-    """The kernels module, decorated for the interpreter or for compilation (built once per mode)."""
+    """The kernels module, decorated for the interpreter or for compilation (built once per mode),
+    with the blocked kernels of :mod:`.blocked` (loaded in the same mode) among its attributes."""
     if interpret not in _KERNELS:
-        name = f"{__package__}._kernels_{'interpreted' if interpret else 'compiled'}"
-        spec = importlib.util.spec_from_file_location(name, _KERNELS_FILE)
-        module = importlib.util.module_from_spec(spec)
         previous = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
         try:
-            spec.loader.exec_module(module)
+            module = _load(_KERNELS_FILE, interpret)
+            blocked = _load(_KERNELS_FILE.with_name("blocked.py"), interpret)
         finally:
             if previous is None:
                 del os.environ["TRITON_INTERPRET"]
             else:
                 os.environ["TRITON_INTERPRET"] = previous
+        blocked.base = module  # its kernels call the helpers of the same mode
+        for name in BLOCKED.values():
+            setattr(module, name, getattr(blocked, name))
         _KERNELS[interpret] = module
     return _KERNELS[interpret]
 
@@ -119,6 +144,37 @@ def num_warps(kernel: str, elements: int) -> int:
     return max(1, min(most, next_power_of_2(elements // (32 * per_thread))))
 
 
+def blocked_blocks(size: int, order: int, k: int = 1, share: int = 1) -> dict[str, int]:
+    """Block sizes of the blocked kernels for ``C = size``: ``BC`` last components of the
+    destination layout (at most 256, fewer with many ranks), then ``BA`` source components and
+    (order 2) ``BB`` middle components, about square, so that ``BA * BB * BC * BK`` is at most
+    :data:`BLOCK_TILE` / ``share`` (``BK``, the rank block, is not split)."""
+    full, ranks = next_power_of_2(size), next_power_of_2(k)
+    budget = max(1, BLOCK_TILE // share // ranks)
+    last = min(full, 256, max(1, budget // 16))
+    rest = max(1, budget // last)
+    if order == 1:
+        return {"ORDER": 1, "BA": min(full, rest), "BB": 1, "BC": last}
+    source = min(full, next_power_of_2(int(rest ** 0.5)))
+    return {"ORDER": 2, "BA": source, "BB": min(full, max(1, rest // source)), "BC": last}
+
+
+def plan(kernel: str, size: int, order: int, k: int = 1, wide: bool = False) -> tuple[str, dict[str, int]]:
+    """The kernel function to launch for ``kernel`` (its single-tile or blocked variant) and its
+    launch constants: block sizes, ``BK`` for search, ``num_warps`` (``wide``: the compute dtype
+    is float64)."""
+    ranks = next_power_of_2(k) if kernel == "search_kernel" else 1
+    if tile_elements(size, order, ranks) <= MAX_TILE:
+        name, shape = kernel, blocks(size, order)
+    else:
+        share = 2 if wide and kernel == "backward_kernel" else 1
+        name, shape = BLOCKED[kernel], blocked_blocks(size, order, ranks, share)
+    elements = shape["BA"] * shape["BB"] * shape["BC"] * ranks
+    if kernel == "search_kernel":
+        shape["BK"] = ranks
+    return name, {**shape, "num_warps": num_warps(kernel, elements)}
+
+
 def emission_strides(emissions: Tensor, order: int) -> tuple[int, int, int, int]:
     """``(batch, position, middle, last)`` element strides of ``emissions [B, T, *S]`` in the
     destination layout (order 1 has no middle component)."""
@@ -148,8 +204,12 @@ def unsupported(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tens
     if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
         return f"lengths must be an integer tensor, got {lengths.dtype}"
     size = transitions.shape[-1]
-    elements = tile_elements(size, order, k)
-    if elements > MAX_TILE:
-        what = f"{size ** order} states" + (f" and k = {k}" if k > 1 else "")
-        return f"{what} need an on-chip tile of {elements} elements, more than the kernels' {MAX_TILE}"
+    states = size ** order
+    if states * size >= 1 << 31:
+        return (f"{states} states x {size} components make {states * size} transitions per position, "
+                f"past the kernels' int32 offsets")
+    if states * k >= MAX_KEY:
+        return f"{states} states x k = {k} ranks reach the search's int32 key limit ({MAX_KEY})"
+    if next_power_of_2(k) > BLOCK_TILE:
+        return f"k = {k} ranks do not fit one block of {BLOCK_TILE} elements"
     return None

@@ -32,9 +32,10 @@ def kbest(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, le
         return states, scores
     with torch.no_grad():
         pointers = torch.empty(x.batch, x.seq_len, x.num_states, k, dtype=torch.int32, device=device)
-        runtime.launch("search_kernel", x.batch, x.start, x.moves, x.end, x.emissions, x.lengths, pointers, states,
-                       scores, x.seq_len, x.size, x.size ** (x.order - 1), k, *x.scalars()[3:],
-                       BK=runtime.next_power_of_2(k), **x.constants("search_kernel", k))
+        name, blocked, constants = x.plan("search_kernel", k)
+        work = (torch.empty(x.batch, 2, x.num_states, k, dtype=torch.float64, device=device),) if blocked else ()
+        runtime.launch(name, x.batch, x.start, x.moves, x.end, x.emissions, x.lengths, pointers, states, scores,
+                       *work, x.seq_len, x.size, x.size ** (x.order - 1), k, *x.scalars()[3:], **constants)
     return states, scores
 
 
