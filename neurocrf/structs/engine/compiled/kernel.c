@@ -50,15 +50,24 @@ static int drop_small(double* v, int64_t n, double bound, int* dropped) {
   return 1;
 }
 
-/* Forward pass over rows b, given em [B, T, S] (float64 emissions), probs = exp(em - shift) and
-   shift [B, T] (row maxima): alphas [B, T, S] rescaled to row max 1 at every position (values
-   dropped by drop_small negated), log Z [B]. Returns 0 if not certified or a row has no path, else
-   1, or 2 if values were dropped: then only fb_backward's error bound certifies log Z. */
-int fb_forward(int64_t B, int64_t T, int64_t S, const double* st, const double* w, const double* en,
-               const double* em, const double* probs, const double* shifts, const int64_t* len, double tiny,
-               double* lz, double* al) {
-  double* ew = malloc(sizeof(double) * (S * S + 2 * S));
-  double *ee = ew + S * S, *es = ee + S;
+/* The factors of the S states at one position: the C emission columns p themselves, or, with a
+   column map col [S] (states sharing a column), gathered into buf [S]. */
+static const double* state_factors(const double* p, const int64_t* col, int64_t S, double* buf) {
+  if (!col) return p;
+  for (int64_t k = 0; k < S; ++k) buf[k] = p[col[k]];
+  return buf;
+}
+
+/* Forward pass over rows b, given em [B, T, C] (float64 emission columns), probs = exp(em - shift)
+   and shift [B, T] (row maxima), state k scoring column col[k] (col NULL: C = S, the identity):
+   alphas [B, T, S] rescaled to row max 1 at every position (values dropped by drop_small negated),
+   log Z [B]. Returns 0 if not certified or a row has no path, else 1, or 2 if values were dropped:
+   then only fb_backward's error bound certifies log Z. */
+int fb_forward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, const double* st, const double* w,
+               const double* en, const double* em, const double* probs, const double* shifts, const int64_t* len,
+               double tiny, double* lz, double* al) {
+  double* ew = malloc(sizeof(double) * (S * S + 3 * S));
+  double *ee = ew + S * S, *es = ee + S, *factors = es + S;
   int ok = 1, dropped = 0;
   for (int64_t i = 0; i < S * S; ++i) ew[i] = exp(w[i]);
   for (int64_t i = 0; i < S; ++i) { ee[i] = exp(en[i]); es[i] = exp(st[i]); }
@@ -69,11 +78,12 @@ int fb_forward(int64_t B, int64_t T, int64_t S, const double* st, const double* 
     if (n == 0) continue;
     double total = 0.0;
     for (int64_t t = 0; t < n && ok; ++t) {
-      const int64_t at = (b * T + t) * S;
-      const double *p = probs + at, shift = shifts[b * T + t];
+      const int64_t at = (b * T + t) * S, column = (b * T + t) * C;
+      const double shift = shifts[b * T + t];
+      const double* p = state_factors(probs + column, col, S, factors);
       double* a = al + at;
       if (!isfinite(shift)) { ok = 0; break; }
-      const double p_low = prob_low(p, em + at, S, &ok);
+      const double p_low = prob_low(probs + column, em + column, C, &ok);
       if (t == 0) {
         if (!(s_low * p_low >= tiny)) ok = 0;
         for (int64_t k = 0; k < S; ++k) a[k] = es[k] * p[k];
@@ -108,8 +118,8 @@ int fb_forward(int64_t B, int64_t T, int64_t S, const double* st, const double* 
   return ok ? 1 + dropped : 0;
 }
 
-/* Backward pass: node marginals gm [B, T, S] and edge marginals summed over the positions, with
-   alphas from fb_forward, and err [B], a bound on the relative error of Z from the values
+/* Backward pass (inputs as fb_forward's): node marginals gm [B, T, S] and edge marginals summed
+   over the positions, with alphas from fb_forward, and err [B], a bound on the relative error of Z from the values
    fb_forward dropped: the mass a dropped value carried into Z is that value times the backward
    score of its state, divided by sum_s alpha beta at its position (everything rescaled alike).
    With weights g [B], the gradients of sum_b g[b] log Z[b]: gm weighted, gw [S, S] summed over the
@@ -117,12 +127,12 @@ int fb_forward(int64_t B, int64_t T, int64_t S, const double* st, const double* 
    gm unweighted, gw [B, S, S], gs and ge unused. Outputs zero-initialised by the caller. The
    normalisers of node and edge marginals must exceed `floor`: terms lost to underflow are then
    below exp(-708) / floor of them. Returns 1 if certified. */
-int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* en, const double* em,
-                const double* probs, const double* shifts, const int64_t* len, const double* al,
+int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, const double* w, const double* en,
+                const double* em, const double* probs, const double* shifts, const int64_t* len, const double* al,
                 const double* g, double tiny, double floor, double* gs, double* gw, double* ge, double* gm,
                 double* err) {
-  double* ew = malloc(sizeof(double) * (2 * S * S + 3 * S));
-  double *ewt = ew + S * S, *beta = ewt + S * S, *raw = beta + S, *q = raw + S;
+  double* ew = malloc(sizeof(double) * (2 * S * S + 4 * S));
+  double *ewt = ew + S * S, *beta = ewt + S * S, *raw = beta + S, *q = raw + S, *factors = q + S;
   int ok = 1;
   for (int64_t i = 0; i < S * S; ++i) ew[i] = exp(w[i]);
   for (int64_t j = 0; j < S; ++j)  /* transposed: raw = expW q as a sum of columns, vectorised */
@@ -155,8 +165,9 @@ int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* 
       if (g && t == n - 1) for (int64_t k = 0; k < S; ++k) ge[k] += m[k];
       if (t == 0) { if (g) for (int64_t k = 0; k < S; ++k) gs[k] += m[k]; break; }
       /* q = probs_t * beta_t; raw = expW q is beta_{t-1} before rescaling; edges / sum(alpha_{t-1} raw) */
-      const double* p = probs + at;
-      const double p_low = prob_low(p, em + at, S, &ok);
+      const int64_t column = (b * T + t) * C;
+      const double* p = state_factors(probs + column, col, S, factors);
+      const double p_low = prob_low(probs + column, em + column, C, &ok);
       if (!entering_ok(beta, S, fmax(tiny, tiny / (w_low * p_low)))) ok = 0;
       for (int64_t k = 0; k < S; ++k) q[k] = p[k] * beta[k];
       const double* prev = a - S;
@@ -188,6 +199,28 @@ int fb_backward(int64_t B, int64_t T, int64_t S, const double* w, const double* 
   free(ew);
   return ok;
 }
+
+/* Emission gradients out [B, T, C] (the emissions' dtype) from node marginals m [B, T, S] (float64):
+   each state's value added into its column col[k] (col NULL: C = S), times g[b] for row b when
+   g [B] is given (per-row marginals and gradient weights). */
+#define FOLD(NAME, REAL)                                                                           \
+void NAME(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, const double* m,          \
+          const double* g, REAL* out) {                                                            \
+  for (int64_t b = 0; b < B; ++b) {                                                                \
+    const double gb = g ? g[b] : 1.0;                                                              \
+    for (int64_t t = 0; t < T; ++t) {                                                              \
+      const double* mt = m + (b * T + t) * S;                                                      \
+      REAL* o = out + (b * T + t) * C;                                                             \
+      if (!col) { for (int64_t k = 0; k < S; ++k) o[k] = (REAL)(mt[k] * gb); continue; }          \
+      double sum[C];                                                                               \
+      for (int64_t c = 0; c < C; ++c) sum[c] = mt[c];                                              \
+      for (int64_t k = C; k < S; ++k) sum[col[k]] += mt[k];                                        \
+      for (int64_t c = 0; c < C; ++c) o[c] = (REAL)(sum[c] * gb);                                  \
+    }                                                                                              \
+  }                                                                                                \
+}
+FOLD(fold_f32, float)
+FOLD(fold_f64, double)
 
 /* Viterbi: states [B, T] (-1 past each length and in rows without a path), best scores [B]. The sums
    are those of the torch scan, score[j] + (w[j, k] + e[t, k]), and ties go to the first index: a
@@ -261,20 +294,23 @@ void NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const 
 VITERBI(viterbi_f32, float)
 VITERBI(viterbi_f64, double)
 
-/* Score of the tag paths y [B, T] (entries past each length ignored; returns 0 if an entry before
-   is outside [0, S)), summed in float64, and its gradient: g[b] added at every score the path of
-   row b uses (outputs zero-initialised by the caller). */
+/* Score of the state paths y [B, T] (entries past each length ignored; returns 0 if an entry before
+   is outside [0, S)), summed in float64, with emissions e [B, T, C] (state k scores column col[k];
+   col NULL: C = S), and its gradient: g[b] added at every score the path of row b uses (outputs
+   zero-initialised by the caller; gm [B, T, C]). */
 #define GOLD(NAME, BACKWARD, REAL)                                                                 \
-int NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const REAL* en,           \
-         const REAL* e, const int64_t* y, const int64_t* len, REAL* out) {                         \
+int NAME(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, const REAL* st,           \
+         const REAL* w, const REAL* en, const REAL* e, const int64_t* y, const int64_t* len,       \
+         REAL* out) {                                                                              \
   for (int64_t b = 0; b < B; ++b) {                                                                \
     const int64_t n = len[b];                                                                      \
     const int64_t* yb = y + b * T;                                                                 \
-    const REAL* eb = e + b * T * S;                                                                \
+    const REAL* eb = e + b * T * C;                                                                \
     double total = 0; /* float64 whatever REAL: float32 sums of long paths lose digits */          \
     for (int64_t t = 0; t < n; ++t) if (yb[t] < 0 || yb[t] >= S) return 0;                         \
     if (n > 0) {                                                                                   \
-      for (int64_t t = 0; t < n; ++t) total += eb[t * S + yb[t]];                                  \
+      if (col) for (int64_t t = 0; t < n; ++t) total += eb[t * C + col[yb[t]]];                   \
+      else for (int64_t t = 0; t < n; ++t) total += eb[t * C + yb[t]];                             \
       for (int64_t t = 1; t < n; ++t) total += w[yb[t - 1] * S + yb[t]];                           \
       total += (double)st[yb[0]] + (double)en[yb[n - 1]];                                          \
     }                                                                                              \
@@ -282,13 +318,13 @@ int NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const R
   }                                                                                                \
   return 1;                                                                                        \
 }                                                                                                  \
-void BACKWARD(int64_t B, int64_t T, int64_t S, const int64_t* y, const int64_t* len, const REAL* g, \
-              REAL* gs, REAL* gw, REAL* ge, REAL* gm) {                                            \
+void BACKWARD(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, const int64_t* y,    \
+              const int64_t* len, const REAL* g, REAL* gs, REAL* gw, REAL* ge, REAL* gm) {         \
   for (int64_t b = 0; b < B; ++b) {                                                                \
     const int64_t n = len[b];                                                                      \
     if (n == 0) continue;                                                                          \
     const int64_t* yb = y + b * T;                                                                 \
-    for (int64_t t = 0; t < n; ++t) gm[(b * T + t) * S + yb[t]] += g[b];                           \
+    for (int64_t t = 0; t < n; ++t) gm[(b * T + t) * C + (col ? col[yb[t]] : yb[t])] += g[b];      \
     for (int64_t t = 1; t < n; ++t) gw[yb[t - 1] * S + yb[t]] += g[b];                             \
     gs[yb[0]] += g[b];                                                                             \
     ge[yb[n - 1]] += g[b];                                                                         \
