@@ -4,13 +4,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* fmax and fmin without a call into libm (which gcc emits for them without -ffast-math): as
+   fmax(a, b) and fmin(a, b) for a number a and any b (NaN b gives a). */
+static inline double larger(double a, double b) { return b > a ? b : a; }
+static inline double smaller(double a, double b) { return b < a ? b : a; }
+
 /* exp of the smallest finite entry of the log-scores x [n] (1 if none); sets *ok = 0 if an entry
    is NaN or +inf, or the exp of the largest one overflows. */
 static double exp_low(const double* x, int64_t n, int* ok) {
   double low = INFINITY, high = -INFINITY;
   for (int64_t i = 0; i < n; ++i) {
     if (isnan(x[i]) || x[i] == INFINITY) *ok = 0;
-    if (x[i] > -INFINITY) { low = fmin(low, x[i]); high = fmax(high, x[i]); }
+    if (x[i] > -INFINITY) { low = smaller(low, x[i]); high = larger(high, x[i]); }
   }
   if (high > -INFINITY && !isfinite(exp(high))) *ok = 0;
   return low < INFINITY ? exp(low) : 1.0;
@@ -22,7 +27,7 @@ static double prob_low(const double* p, const double* x, int64_t n, int* ok) {
   double low = INFINITY;
   for (int64_t i = 0; i < n; ++i) {
     if (isnan(x[i]) || x[i] == INFINITY) *ok = 0;
-    if (x[i] > -INFINITY) low = fmin(low, p[i]);
+    if (x[i] > -INFINITY) low = smaller(low, p[i]);
   }
   return low < INFINITY ? low : 1.0;
 }
@@ -50,6 +55,47 @@ static int drop_small(double* v, int64_t n, double bound, int* dropped) {
   return 1;
 }
 
+/* The allowed moves of exp(w) [S, S] (entries 0 for -inf scores), split for the scans' loops:
+   destinations [lo, hi) that every source enters run as dense vectorised loops; the other nonzero
+   entries (j, k, value), in order of j, one by one. A chain whose forbidden moves are few or
+   scattered keeps every destination dense (lo = 0, hi = S, no list); the precursor CRF's O
+   states, each entered from a few sources, go to the list. */
+typedef struct {
+  int64_t lo, hi, count;
+  int64_t *from, *to;
+  double* value;
+} Moves;
+
+static void moves_free(Moves* m) { free(m->from); }
+
+static void moves_init(Moves* m, const double* ew, int64_t S) {
+  int64_t best_lo = 0, best_hi = 0, lo = 0, nonzero = 0;
+  for (int64_t k = 0; k <= S; ++k) {  /* longest run of destinations entered by every source */
+    int all = k < S;
+    for (int64_t j = 0; j < S && all; ++j) all = ew[j * S + k] != 0.0;
+    if (all) continue;
+    if (k - lo > best_hi - best_lo) { best_lo = lo; best_hi = k; }
+    lo = k + 1;
+  }
+  for (int64_t i = 0; i < S * S; ++i) nonzero += ew[i] != 0.0;
+  const int64_t rest = nonzero - S * (best_hi - best_lo);
+  /* a listed move costs about two dense ones (scalar, indexed) */
+  if (S * (best_hi - best_lo) + 2 * rest >= S * S) { best_lo = 0; best_hi = S; }
+  m->lo = best_lo;
+  m->hi = best_hi;
+  m->count = 0;
+  m->from = malloc(sizeof(int64_t) * (2 * S * S + 1) + sizeof(double) * (S * S + 1));
+  m->to = m->from + S * S;
+  m->value = (double*)(m->to + S * S + 1);
+  for (int64_t j = 0; j < S; ++j)
+    for (int64_t k = 0; k < S; ++k)
+      if ((k < m->lo || k >= m->hi) && ew[j * S + k] != 0.0) {
+        m->from[m->count] = j;
+        m->to[m->count] = k;
+        m->value[m->count++] = ew[j * S + k];
+      }
+}
+
 /* The factors of the S states at one position: the C emission columns p themselves, or, with a
    column map col [S] (states sharing a column), gathered into buf [S]. */
 static const double* state_factors(const double* p, const int64_t* col, int64_t S, double* buf) {
@@ -72,6 +118,9 @@ int fb_forward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, c
   for (int64_t i = 0; i < S * S; ++i) ew[i] = exp(w[i]);
   for (int64_t i = 0; i < S; ++i) { ee[i] = exp(en[i]); es[i] = exp(st[i]); }
   const double w_low = exp_low(w, S * S, &ok), e_low = exp_low(en, S, &ok), s_low = exp_low(st, S, &ok);
+  Moves moves;
+  moves_init(&moves, ew, S);
+  const int64_t lo = moves.lo, hi = moves.hi;
   for (int64_t b = 0; b < B && ok; ++b) {
     const int64_t n = len[b];
     lz[b] = 0.0;
@@ -89,18 +138,22 @@ int fb_forward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, c
         for (int64_t k = 0; k < S; ++k) a[k] = es[k] * p[k];
       } else {
         double* prev = a - S;
-        if (!drop_small(prev, S, fmax(tiny, tiny / (w_low * p_low)), &dropped)) ok = 0;
+        if (!drop_small(prev, S, larger(tiny, tiny / (w_low * p_low)), &dropped)) ok = 0;
         for (int64_t k = 0; k < S; ++k) a[k] = 0.0;
         for (int64_t j = 0; j < S; ++j) {
           const double aj = prev[j];
           if (aj <= 0.0) continue;
           const double* row = ew + j * S;
-          for (int64_t k = 0; k < S; ++k) a[k] += aj * row[k];
+          for (int64_t k = lo; k < hi; ++k) a[k] += aj * row[k];
+        }
+        for (int64_t i = 0; i < moves.count; ++i) {
+          const double aj = prev[moves.from[i]];
+          if (aj > 0.0) a[moves.to[i]] += aj * moves.value[i];
         }
         for (int64_t k = 0; k < S; ++k) a[k] *= p[k];
       }
       double peak = 0.0;
-      for (int64_t k = 0; k < S; ++k) peak = fmax(peak, a[k]);
+      for (int64_t k = 0; k < S; ++k) peak = larger(peak, a[k]);
       if (!(peak > 0.0) || !isfinite(peak)) { ok = 0; break; }
       const double inverse = 1.0 / peak;
       for (int64_t k = 0; k < S; ++k) a[k] *= inverse;
@@ -108,12 +161,13 @@ int fb_forward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, c
     }
     if (!ok) break;
     double* last = al + (b * T + n - 1) * S;
-    if (!drop_small(last, S, fmax(tiny, tiny / e_low), &dropped)) { ok = 0; break; }
+    if (!drop_small(last, S, larger(tiny, tiny / e_low), &dropped)) { ok = 0; break; }
     double z = 0.0;
-    for (int64_t k = 0; k < S; ++k) z += fmax(last[k], 0.0) * ee[k];
+    for (int64_t k = 0; k < S; ++k) z += larger(0.0, last[k]) * ee[k];
     if (!(z > 0.0) || !isfinite(z)) { ok = 0; break; }
     lz[b] = log(z) + total;
   }
+  moves_free(&moves);
   free(ew);
   return ok ? 1 + dropped : 0;
 }
@@ -138,6 +192,9 @@ int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, 
   for (int64_t j = 0; j < S; ++j)  /* transposed: raw = expW q as a sum of columns, vectorised */
     for (int64_t k = 0; k < S; ++k) ewt[k * S + j] = ew[j * S + k];
   const double w_low = exp_low(w, S * S, &ok);
+  Moves moves;
+  moves_init(&moves, ew, S);
+  const int64_t lo = moves.lo, hi = moves.hi;
   for (int64_t b = 0; b < B && ok; ++b) {
     const int64_t n = len[b];
     err[b] = 0.0;
@@ -145,7 +202,7 @@ int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, 
     const double gb = g ? g[b] : 1.0;
     double* gwb = g ? gw : gw + b * S * S;
     double peak = 0.0;
-    for (int64_t k = 0; k < S; ++k) { beta[k] = exp(en[k]); peak = fmax(peak, beta[k]); }
+    for (int64_t k = 0; k < S; ++k) { beta[k] = exp(en[k]); peak = larger(peak, beta[k]); }
     if (!(peak > 0.0) || !isfinite(peak)) { ok = 0; break; }
     for (int64_t k = 0; k < S; ++k) beta[k] /= peak;
     if (!entering_ok(beta, S, tiny)) { ok = 0; break; }
@@ -161,25 +218,26 @@ int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, 
       if (!(d > floor) || !isfinite(d)) { ok = 0; break; }
       err[b] += lost / d;
       const double scale = gb / d;
-      for (int64_t k = 0; k < S; ++k) m[k] = fmax(a[k], 0.0) * beta[k] * scale;
+      for (int64_t k = 0; k < S; ++k) m[k] = larger(0.0, a[k]) * beta[k] * scale;
       if (g && t == n - 1) for (int64_t k = 0; k < S; ++k) ge[k] += m[k];
       if (t == 0) { if (g) for (int64_t k = 0; k < S; ++k) gs[k] += m[k]; break; }
       /* q = probs_t * beta_t; raw = expW q is beta_{t-1} before rescaling; edges / sum(alpha_{t-1} raw) */
       const int64_t column = (b * T + t) * C;
       const double* p = state_factors(probs + column, col, S, factors);
       const double p_low = prob_low(probs + column, em + column, C, &ok);
-      if (!entering_ok(beta, S, fmax(tiny, tiny / (w_low * p_low)))) ok = 0;
+      if (!entering_ok(beta, S, larger(tiny, tiny / (w_low * p_low)))) ok = 0;
       for (int64_t k = 0; k < S; ++k) q[k] = p[k] * beta[k];
       const double* prev = a - S;
       for (int64_t j = 0; j < S; ++j) raw[j] = 0.0;
-      for (int64_t k = 0; k < S; ++k) {
+      for (int64_t k = lo; k < hi; ++k) {
         const double qk = q[k];
         if (qk == 0.0) continue;
         const double* column = ewt + k * S;
         for (int64_t j = 0; j < S; ++j) raw[j] += column[j] * qk;
       }
+      for (int64_t i = 0; i < moves.count; ++i) raw[moves.from[i]] += moves.value[i] * q[moves.to[i]];
       double dp = 0.0;
-      for (int64_t j = 0; j < S; ++j) dp += fmax(prev[j], 0.0) * raw[j];
+      for (int64_t j = 0; j < S; ++j) dp += larger(0.0, prev[j]) * raw[j];
       if (!(dp > floor) || !isfinite(dp)) { ok = 0; break; }
       const double edge_scale = gb / dp;
       for (int64_t j = 0; j < S; ++j) {
@@ -187,15 +245,20 @@ int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, 
         if (aj <= 0.0) continue;
         const double* row = ew + j * S;
         double* out = gwb + j * S;
-        for (int64_t k = 0; k < S; ++k) out[k] += aj * row[k] * q[k];
+        for (int64_t k = lo; k < hi; ++k) out[k] += aj * row[k] * q[k];
+      }
+      for (int64_t i = 0; i < moves.count; ++i) {
+        const double aj = prev[moves.from[i]] * edge_scale;
+        if (aj > 0.0) gwb[moves.from[i] * S + moves.to[i]] += aj * moves.value[i] * q[moves.to[i]];
       }
       peak = 0.0;
-      for (int64_t j = 0; j < S; ++j) peak = fmax(peak, raw[j]);
+      for (int64_t j = 0; j < S; ++j) peak = larger(peak, raw[j]);
       if (!(peak > 0.0) || !isfinite(peak)) { ok = 0; break; }
       const double inverse = 1.0 / peak;
       for (int64_t j = 0; j < S; ++j) beta[j] = raw[j] * inverse;
     }
   }
+  moves_free(&moves);
   free(ew);
   return ok;
 }
