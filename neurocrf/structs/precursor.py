@@ -148,8 +148,8 @@ class PrecursorInducedCRF(ChainCRF):
         is_entity = tags != self.o_index
         positions = torch.arange(tags.shape[1], device=tags.device)
         last_entity = (positions * is_entity).cummax(dim=1).values
-        previous_tag = tags.gather(1, last_entity)
-        return self.gold_lookup[previous_tag + self.num_tags * is_entity]
+        key = tags.gather(1, last_entity).add_(is_entity, alpha=self.num_tags)
+        return self.gold_lookup.index_select(0, key.view(-1)).view_as(key)  # faster than [key] on CPU
 
     def extra_repr(self) -> str:
         return (f"num_tags={self.num_tags}, num_states={self.state_labels.shape[0]}, memory={self.memory!r}, "

@@ -55,7 +55,8 @@ static int drop_small(double* v, int64_t n, double bound, int* dropped) {
   return 1;
 }
 
-/* The allowed moves of exp(w) [S, S] (entries 0 for -inf scores), split for the scans' loops:
+/* The allowed moves of exp(w) [S, S] (entries 0 for -inf scores), split for the backward scan's
+   two loops over them (measured: the forward scan's one loop is as fast dense):
    destinations [lo, hi) that every source enters run as dense vectorised loops; the other nonzero
    entries (j, k, value), in order of j, one by one. A chain whose forbidden moves are few or
    scattered keeps every destination dense (lo = 0, hi = S, no list); the precursor CRF's O
@@ -118,9 +119,6 @@ int fb_forward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, c
   for (int64_t i = 0; i < S * S; ++i) ew[i] = exp(w[i]);
   for (int64_t i = 0; i < S; ++i) { ee[i] = exp(en[i]); es[i] = exp(st[i]); }
   const double w_low = exp_low(w, S * S, &ok), e_low = exp_low(en, S, &ok), s_low = exp_low(st, S, &ok);
-  Moves moves;
-  moves_init(&moves, ew, S);
-  const int64_t lo = moves.lo, hi = moves.hi;
   for (int64_t b = 0; b < B && ok; ++b) {
     const int64_t n = len[b];
     lz[b] = 0.0;
@@ -144,11 +142,7 @@ int fb_forward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, c
           const double aj = prev[j];
           if (aj <= 0.0) continue;
           const double* row = ew + j * S;
-          for (int64_t k = lo; k < hi; ++k) a[k] += aj * row[k];
-        }
-        for (int64_t i = 0; i < moves.count; ++i) {
-          const double aj = prev[moves.from[i]];
-          if (aj > 0.0) a[moves.to[i]] += aj * moves.value[i];
+          for (int64_t k = 0; k < S; ++k) a[k] += aj * row[k];
         }
         for (int64_t k = 0; k < S; ++k) a[k] *= p[k];
       }
@@ -167,7 +161,6 @@ int fb_forward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, c
     if (!(z > 0.0) || !isfinite(z)) { ok = 0; break; }
     lz[b] = log(z) + total;
   }
-  moves_free(&moves);
   free(ew);
   return ok ? 1 + dropped : 0;
 }
@@ -265,22 +258,32 @@ int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, 
 
 /* Emission gradients out [B, T, C] (the emissions' dtype) from node marginals m [B, T, S] (float64):
    each state's value added into its column col[k] (col NULL: C = S), times g[b] for row b when
-   g [B] is given (per-row marginals and gradient weights). */
+   g [B] is given (per-row marginals and gradient weights). The columns states k >= C repeat are
+   summed in float64, from a list made once: (column, state) pairs in order of column. */
 #define FOLD(NAME, REAL)                                                                           \
 void NAME(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, const double* m,          \
           const double* g, REAL* out) {                                                            \
+  const int64_t extra = col ? S - C : 0;                                                           \
+  int64_t* pairs = malloc(sizeof(int64_t) * (2 * extra + 1));                                      \
+  int64_t count = 0;                                                                               \
+  for (int64_t c = 0; c < C && extra; ++c)                                                         \
+    for (int64_t k = C; k < S; ++k)                                                                \
+      if (col[k] == c) { pairs[2 * count] = c; pairs[2 * count + 1] = k; ++count; }                \
   for (int64_t b = 0; b < B; ++b) {                                                                \
     const double gb = g ? g[b] : 1.0;                                                              \
     for (int64_t t = 0; t < T; ++t) {                                                              \
       const double* mt = m + (b * T + t) * S;                                                      \
       REAL* o = out + (b * T + t) * C;                                                             \
-      if (!col) { for (int64_t k = 0; k < S; ++k) o[k] = (REAL)(mt[k] * gb); continue; }          \
-      double sum[C];                                                                               \
-      for (int64_t c = 0; c < C; ++c) sum[c] = mt[c];                                              \
-      for (int64_t k = C; k < S; ++k) sum[col[k]] += mt[k];                                        \
-      for (int64_t c = 0; c < C; ++c) o[c] = (REAL)(sum[c] * gb);                                  \
+      for (int64_t c = 0; c < C; ++c) o[c] = (REAL)(mt[c] * gb);                                   \
+      for (int64_t i = 0; i < count;) {                                                            \
+        const int64_t c = pairs[2 * i];                                                            \
+        double sum = mt[c];                                                                        \
+        for (; i < count && pairs[2 * i] == c; ++i) sum += mt[pairs[2 * i + 1]];                  \
+        o[c] = (REAL)(sum * gb);                                                                   \
+      }                                                                                            \
     }                                                                                              \
   }                                                                                                \
+  free(pairs);                                                                                     \
 }
 FOLD(fold_f32, float)
 FOLD(fold_f64, double)
