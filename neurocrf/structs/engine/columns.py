@@ -21,8 +21,8 @@ from torch import Tensor
 
 
 def check(columns: Tensor, num_columns: int) -> None:
-    """(For layers, once: it reads the values.) ValueError unless ``columns`` is an int64 ``[S]`` tensor that starts with ``0 .. num_columns - 1``
-    and repeats columns below ``num_columns`` after that."""
+    """ValueError unless ``columns`` is an int64 ``[S]`` tensor that starts with ``0 .. num_columns - 1``
+    and repeats columns below ``num_columns`` after that (for layers, once: it reads the values)."""
     if columns.dtype != torch.long or columns.dim() != 1 or columns.shape[0] < num_columns:
         raise ValueError(f"columns must be an int64 [S] tensor with S >= {num_columns} (the emission columns), "
                          f"got {columns.dtype} {tuple(columns.shape)}")

@@ -127,9 +127,10 @@ def unavailable() -> str | None:
     return None
 
 
-def _columns(columns: Tensor | None, emissions: Tensor) -> tuple[int, int | None]:
-    """The number of emission columns ``C`` and the pointer of the column map (None: the identity)."""
-    return emissions.shape[-1], None if columns is None else columns.data_ptr()
+def _columns(num_columns: int, columns: Tensor | None) -> tuple[int, int | None]:
+    """The kernel's ``C, col`` arguments: the number of emission columns and the pointer of the
+    column map (None: the identity)."""
+    return num_columns, None if columns is None else columns.data_ptr()
 
 
 def fb_forward(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, probs: Tensor, shift: Tensor,
@@ -143,9 +144,9 @@ def fb_forward(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tenso
     size = start.shape[0]
     log_z = probs.new_empty(batch)
     alphas = probs.new_empty(batch, steps, size)
-    ok = _library.fb_forward(batch, steps, size, *_columns(columns, probs), start.data_ptr(), transitions.data_ptr(),
-                             end.data_ptr(), emissions.data_ptr(), probs.data_ptr(), shift.data_ptr(),
-                             lengths.data_ptr(), tiny, log_z.data_ptr(), alphas.data_ptr())
+    ok = _library.fb_forward(batch, steps, size, *_columns(probs.shape[-1], columns), start.data_ptr(),
+                             transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(), probs.data_ptr(),
+                             shift.data_ptr(), lengths.data_ptr(), tiny, log_z.data_ptr(), alphas.data_ptr())
     return log_z, alphas, int(ok)
 
 
@@ -161,10 +162,10 @@ def fb_backward(transitions: Tensor, end: Tensor, emissions: Tensor, probs: Tens
     rows = 1 if grad is not None else batch
     out = torch.zeros(2 * size + rows * size * size + batch * steps * size + batch, dtype=torch.float64)
     g_start, g_end, g_moves, g_em, error = out.split([size, size, rows * size * size, batch * steps * size, batch])
-    ok = _library.fb_backward(batch, steps, size, *_columns(columns, probs), transitions.data_ptr(), end.data_ptr(),
-                              emissions.data_ptr(), probs.data_ptr(), shift.data_ptr(), lengths.data_ptr(),
-                              alphas.data_ptr(), None if grad is None else grad.data_ptr(), tiny, floor,
-                              g_start.data_ptr(), g_moves.data_ptr(), g_end.data_ptr(), g_em.data_ptr(),
+    ok = _library.fb_backward(batch, steps, size, *_columns(probs.shape[-1], columns), transitions.data_ptr(),
+                              end.data_ptr(), emissions.data_ptr(), probs.data_ptr(), shift.data_ptr(),
+                              lengths.data_ptr(), alphas.data_ptr(), None if grad is None else grad.data_ptr(), tiny,
+                              floor, g_start.data_ptr(), g_moves.data_ptr(), g_end.data_ptr(), g_em.data_ptr(),
                               error.data_ptr())
     g_em = g_em.view(batch, steps, size)
     if grad is None:
@@ -179,8 +180,8 @@ def fold(marginals: Tensor, dtype: torch.dtype, num_columns: int, columns: Tenso
     ``weights[b]`` (float64 ``[B]``) for row ``b`` when given."""
     batch, steps, size = marginals.shape
     out = torch.empty(batch, steps, num_columns, dtype=dtype)
-    _typed("fold", dtype)(batch, steps, size, num_columns, None if columns is None else columns.data_ptr(),
-                          marginals.data_ptr(), None if weights is None else weights.data_ptr(), out.data_ptr())
+    _typed("fold", dtype)(batch, steps, size, *_columns(num_columns, columns), marginals.data_ptr(),
+                          None if weights is None else weights.data_ptr(), out.data_ptr())
     return out
 
 
@@ -199,7 +200,7 @@ def gold_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tenso
     batch, steps = states.shape
     size = start.shape[0]
     out = emissions.new_empty(batch)
-    ok = _typed("gold", emissions.dtype)(batch, steps, size, *_columns(columns, emissions), start.data_ptr(),
+    ok = _typed("gold", emissions.dtype)(batch, steps, size, *_columns(emissions.shape[-1], columns), start.data_ptr(),
                                          transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(),
                                          states.data_ptr(), lengths.data_ptr(), out.data_ptr())
     if not ok:
@@ -214,7 +215,7 @@ def gold_backward(states: Tensor, lengths: Tensor, grad: Tensor, size: int, num_
     batch, steps = states.shape
     grads = grad.new_zeros(size * (size + 2) + batch * steps * num_columns)
     g_start, g_moves, g_end, g_em = grads.split([size, size * size, size, batch * steps * num_columns])
-    _typed("gold_backward", grad.dtype)(batch, steps, size, num_columns, None if columns is None else columns.data_ptr(),
+    _typed("gold_backward", grad.dtype)(batch, steps, size, *_columns(num_columns, columns),
                                         states.data_ptr(), lengths.data_ptr(), grad.data_ptr(), g_start.data_ptr(),
                                         g_moves.data_ptr(), g_end.data_ptr(), g_em.data_ptr())
     return g_start, g_moves.view(size, size), g_end, g_em.view(batch, steps, num_columns)
