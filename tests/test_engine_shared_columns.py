@@ -157,6 +157,8 @@ def test_bad_columns_are_refused():
     potentials, lengths, columns = chain_inputs(3, torch.float32)
     with pytest.raises(ValueError, match="one column per state"):
         Chain(*potentials, lengths, columns=columns[:-1])
+    with pytest.raises(ValueError, match="repeat columns"):  # the kernel would read past the emissions
+        Chain(*potentials, lengths, columns=torch.tensor([0, 1, 2, 3, 0, 0, 4]))
     pairs = (torch.zeros(3, 3), torch.zeros(3, 3, 3), torch.zeros(3, 3), torch.zeros(2, 4, 3))
     with pytest.raises(ValueError, match="first-order chain"):
         Chain(*pairs, torch.tensor([4, 2]), columns=torch.tensor([0, 1, 2]))

@@ -75,6 +75,8 @@ class Chain:
             if tuple(columns.shape) != (size,) or columns.dtype != torch.long:
                 raise ValueError(f"columns must be int64 [{size}] (one column per state), got {columns.dtype} "
                                  f"{tuple(columns.shape)}")
+            if columns.device.type == "cpu":  # the compiled kernel indexes with them (no CUDA sync here)
+                shared.check(columns, emissions.shape[-1])
         if tuple(start.shape) != (size,) * order or tuple(end.shape) != tuple(start.shape):
             raise ValueError(f"start {tuple(start.shape)} and end {tuple(end.shape)} must have the state shape "
                              f"{(size,) * order} of transitions {tuple(transitions.shape)}")

@@ -22,15 +22,15 @@ from torch import Tensor
 
 def check(columns: Tensor, num_columns: int) -> None:
     """ValueError unless ``columns`` is an int64 ``[S]`` tensor that starts with ``0 .. num_columns - 1``
-    and repeats columns below ``num_columns`` after that (for layers, once: it reads the values)."""
+    and repeats columns below ``num_columns`` after that (reads the values: a device synchronisation
+    on CUDA)."""
     if columns.dtype != torch.long or columns.dim() != 1 or columns.shape[0] < num_columns:
         raise ValueError(f"columns must be an int64 [S] tensor with S >= {num_columns} (the emission columns), "
                          f"got {columns.dtype} {tuple(columns.shape)}")
-    identity = torch.arange(num_columns, device=columns.device)
-    extra = columns[num_columns:]
-    if not torch.equal(columns[:num_columns], identity) or bool(((extra < 0) | (extra >= num_columns)).any()):
+    values = columns.tolist()
+    if values[:num_columns] != list(range(num_columns)) or not all(0 <= c < num_columns for c in values):
         raise ValueError(f"columns must start with 0 .. {num_columns - 1} and repeat columns of that range, "
-                         f"got {columns.tolist()}")
+                         f"got {values}")
 
 
 class _Expand(torch.autograd.Function):
