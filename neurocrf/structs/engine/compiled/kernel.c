@@ -56,41 +56,54 @@ static int drop_small(double* v, int64_t n, double bound, int* dropped) {
 }
 
 /* The allowed moves of exp(w) [S, S] (entries 0 for -inf scores), split for the backward scan's
-   two loops over them (measured: the forward scan's one loop is as fast dense):
-   destinations [lo, hi) that every source enters run as dense vectorised loops; the other nonzero
-   entries (j, k, value), in order of j, one by one. A chain whose forbidden moves are few or
-   scattered keeps every destination dense (lo = 0, hi = S, no list); the precursor CRF's O
-   states, each entered from a few sources, go to the list. */
+   two loops over them: the destinations that every source enters (`dense` of them, listed in
+   `cols`, their exp(w) row by row in `rows` [S, dense]) run as vectorised loops over compact rows;
+   the other nonzero entries (j, k, value), in order of j, one by one. When that saves nothing (a
+   listed move costs about two dense ones) every destination is dense and `identity` is set. The
+   precursor CRF's O states and constrained I- tags, each entered from a few sources, go to the
+   list; a chain with few forbidden moves stays dense. (In the forward scan's one loop per step
+   the list was slower than dense rows of zeros, measured at 13 states.) */
 typedef struct {
-  int64_t lo, hi, count;
-  int64_t *from, *to;
-  double* value;
+  int64_t dense, identity, count;
+  int64_t *cols, *from, *to;
+  double *rows, *value;
 } Moves;
 
-static void moves_free(Moves* m) { free(m->from); }
+static void moves_free(Moves* m) {
+  free(m->cols);
+  free(m->rows);
+}
 
 static void moves_init(Moves* m, const double* ew, int64_t S) {
-  int64_t best_lo = 0, best_hi = 0, lo = 0, nonzero = 0;
-  for (int64_t k = 0; k <= S; ++k) {  /* longest run of destinations entered by every source */
-    int all = k < S;
-    for (int64_t j = 0; j < S && all; ++j) all = ew[j * S + k] != 0.0;
-    if (all) continue;
-    if (k - lo > best_hi - best_lo) { best_lo = lo; best_hi = k; }
-    lo = k + 1;
-  }
-  for (int64_t i = 0; i < S * S; ++i) nonzero += ew[i] != 0.0;
-  const int64_t rest = nonzero - S * (best_hi - best_lo);
-  /* a listed move costs about two dense ones (scalar, indexed) */
-  if (S * (best_hi - best_lo) + 2 * rest >= S * S) { best_lo = 0; best_hi = S; }
-  m->lo = best_lo;
-  m->hi = best_hi;
-  m->count = 0;
-  m->from = malloc(sizeof(int64_t) * (2 * S * S + 1) + sizeof(double) * (S * S + 1));
+  m->cols = malloc(sizeof(int64_t) * (2 * S * S + 2 * S + 1));
+  int64_t* in_dense = m->cols + S;
+  m->from = in_dense + S;
   m->to = m->from + S * S;
-  m->value = (double*)(m->to + S * S + 1);
+  m->rows = malloc(sizeof(double) * (2 * S * S + 1));
+  m->value = m->rows + S * S;
+  int64_t nonzero = 0;
+  m->dense = 0;
+  for (int64_t k = 0; k < S; ++k) {
+    int all = 1;
+    for (int64_t j = 0; j < S; ++j) {
+      all = all && ew[j * S + k] != 0.0;
+      nonzero += ew[j * S + k] != 0.0;
+    }
+    if (all) m->cols[m->dense++] = k;
+  }
+  m->identity = S * m->dense + 2 * (nonzero - S * m->dense) >= S * S;
+  if (m->identity) {
+    m->dense = S;
+    for (int64_t k = 0; k < S; ++k) m->cols[k] = k;
+  }
+  for (int64_t k = 0; k < S; ++k) in_dense[k] = 0;
+  for (int64_t i = 0; i < m->dense; ++i) in_dense[m->cols[i]] = 1;
+  for (int64_t j = 0; j < S; ++j)
+    for (int64_t i = 0; i < m->dense; ++i) m->rows[j * m->dense + i] = ew[j * S + m->cols[i]];
+  m->count = 0;
   for (int64_t j = 0; j < S; ++j)
     for (int64_t k = 0; k < S; ++k)
-      if ((k < m->lo || k >= m->hi) && ew[j * S + k] != 0.0) {
+      if (!in_dense[k] && ew[j * S + k] != 0.0) {
         m->from[m->count] = j;
         m->to[m->count] = k;
         m->value[m->count++] = ew[j * S + k];
@@ -138,7 +151,7 @@ int fb_forward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, c
         double* prev = a - S;
         if (!drop_small(prev, S, larger(tiny, tiny / (w_low * p_low)), &dropped)) ok = 0;
         for (int64_t k = 0; k < S; ++k) a[k] = 0.0;
-        for (int64_t j = 0; j < S; ++j) {
+        for (int64_t j = 0; j < S; ++j) {  /* dense: a list of the allowed moves is slower here (measured) */
           const double aj = prev[j];
           if (aj <= 0.0) continue;
           const double* row = ew + j * S;
@@ -178,8 +191,9 @@ int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, 
                 const double* em, const double* probs, const double* shifts, const int64_t* len, const double* al,
                 const double* g, double tiny, double floor, double* gs, double* gw, double* ge, double* gm,
                 double* err) {
-  double* ew = malloc(sizeof(double) * (2 * S * S + 4 * S));
+  double* ew = malloc(sizeof(double) * (3 * S * S + 5 * S));
   double *ewt = ew + S * S, *beta = ewt + S * S, *raw = beta + S, *q = raw + S, *factors = q + S;
+  double *q_dense = factors + S, *edges = q_dense + S;  /* edges [S, dense]: sums at the dense destinations */
   int ok = 1;
   for (int64_t i = 0; i < S * S; ++i) ew[i] = exp(w[i]);
   for (int64_t j = 0; j < S; ++j)  /* transposed: raw = expW q as a sum of columns, vectorised */
@@ -187,13 +201,14 @@ int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, 
   const double w_low = exp_low(w, S * S, &ok);
   Moves moves;
   moves_init(&moves, ew, S);
-  const int64_t lo = moves.lo, hi = moves.hi;
+  const int64_t dense = moves.dense;
   for (int64_t b = 0; b < B && ok; ++b) {
     const int64_t n = len[b];
     err[b] = 0.0;
     if (n == 0) continue;
     const double gb = g ? g[b] : 1.0;
     double* gwb = g ? gw : gw + b * S * S;
+    if (!moves.identity) for (int64_t i = 0; i < S * dense; ++i) edges[i] = 0.0;
     double peak = 0.0;
     for (int64_t k = 0; k < S; ++k) { beta[k] = exp(en[k]); peak = larger(peak, beta[k]); }
     if (!(peak > 0.0) || !isfinite(peak)) { ok = 0; break; }
@@ -222,7 +237,8 @@ int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, 
       for (int64_t k = 0; k < S; ++k) q[k] = p[k] * beta[k];
       const double* prev = a - S;
       for (int64_t j = 0; j < S; ++j) raw[j] = 0.0;
-      for (int64_t k = lo; k < hi; ++k) {
+      for (int64_t i = 0; i < dense; ++i) {
+        const int64_t k = moves.cols[i];
         const double qk = q[k];
         if (qk == 0.0) continue;
         const double* column = ewt + k * S;
@@ -233,12 +249,18 @@ int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, 
       for (int64_t j = 0; j < S; ++j) dp += larger(0.0, prev[j]) * raw[j];
       if (!(dp > floor) || !isfinite(dp)) { ok = 0; break; }
       const double edge_scale = gb / dp;
+      const double* qd = q;
+      if (!moves.identity) {
+        for (int64_t i = 0; i < dense; ++i) q_dense[i] = q[moves.cols[i]];
+        qd = q_dense;
+      }
+      double* sums = moves.identity ? gwb : edges;
       for (int64_t j = 0; j < S; ++j) {
         const double aj = prev[j] * edge_scale;
         if (aj <= 0.0) continue;
-        const double* row = ew + j * S;
-        double* out = gwb + j * S;
-        for (int64_t k = lo; k < hi; ++k) out[k] += aj * row[k] * q[k];
+        const double* row = moves.rows + j * dense;
+        double* out = sums + j * dense;
+        for (int64_t i = 0; i < dense; ++i) out[i] += aj * row[i] * qd[i];
       }
       for (int64_t i = 0; i < moves.count; ++i) {
         const double aj = prev[moves.from[i]] * edge_scale;
@@ -250,6 +272,9 @@ int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, 
       const double inverse = 1.0 / peak;
       for (int64_t j = 0; j < S; ++j) beta[j] = raw[j] * inverse;
     }
+    if (!moves.identity)
+      for (int64_t j = 0; j < S; ++j)
+        for (int64_t i = 0; i < dense; ++i) gwb[j * S + moves.cols[i]] += edges[j * dense + i];
   }
   moves_free(&moves);
   free(ew);
