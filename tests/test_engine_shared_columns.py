@@ -50,15 +50,15 @@ def chain_inputs(seed: int, dtype: torch.dtype, batch: int = 4, seq_len: int = 6
 
 
 def quantities(potentials, lengths, columns, states, backend, expanded: bool):
-    """log Z, gold-path scores, their gradients and the marginals of the chain (over the expanded
-    state emissions when ``expanded``)."""
+    """log Z, gold-path scores, their gradients, the marginals and the Viterbi path and score of the
+    chain (over the expanded state emissions when ``expanded``)."""
     leaves = [x.clone().requires_grad_(True) for x in potentials]
     emissions = shared.expand(leaves[3], columns) if expanded else leaves[3]
     chain = Chain(*leaves[:3], emissions, lengths, backend=backend, columns=None if expanded else columns)
     log_z, score = chain.log_partition(), chain.path_score(states)
     weights = torch.linspace(0.5, 1.5, log_z.shape[0], dtype=log_z.dtype)
     grads = torch.autograd.grad((weights * (log_z - score)).sum(), leaves)
-    return [log_z, score, *grads, chain.marginals()]
+    return [log_z, score, *grads, chain.marginals(), *chain.viterbi()]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -81,7 +81,7 @@ def test_compiled_kernel_reads_shared_columns_in_place(monkeypatch):
     if kernel.unavailable() is not None:
         pytest.skip(kernel.unavailable())
     potentials, lengths, columns = chain_inputs(1, torch.float32)
-    expected = quantities(potentials, lengths, columns, torch.zeros(4, 6, dtype=torch.long), "torch", True)[:6]
+    expected = quantities(potentials, lengths, columns, torch.zeros(4, 6, dtype=torch.long), "torch", True)
 
     def refuse(*args):
         raise AssertionError("the state emissions were expanded")
@@ -92,7 +92,7 @@ def test_compiled_kernel_reads_shared_columns_in_place(monkeypatch):
     log_z, score = chain.log_partition(), chain.path_score(torch.zeros(4, 6, dtype=torch.long))
     weights = torch.linspace(0.5, 1.5, 4)
     grads = torch.autograd.grad((weights * (log_z - score)).sum(), leaves)
-    for a, b in zip([log_z, score, *grads], expected):
+    for a, b in zip([log_z, score, *grads, *chain.viterbi()], expected[:6] + expected[7:]):
         torch.testing.assert_close(a, b)
 
 

@@ -357,7 +357,7 @@ class ChainCRF(nn.Module):
         the emissions' dtype (see :data:`~neurocrf.structs.engine.SEARCH_DTYPE`)."""
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask, SEARCH_DTYPE)
         with torch.no_grad():
-            states, _ = self._chain(potentials, self._state_emissions(compact), lengths).viterbi()
+            states, _ = self._tag_chain(potentials, compact, lengths).viterbi()
         return self._scatter_positions(self._state_to_tag(states), order, width, -1, emissions.shape[1])
 
     @_float_math

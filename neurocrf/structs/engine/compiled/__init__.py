@@ -15,9 +15,9 @@ other dtypes than float32 and float64).
 - k best: the torch backend's k-max scan on the same CPU tensors (the kernel has no k-best search);
 - gold-path scores: the kernel, summed in float64.
 
-The log partition and the gold-path scores also read emissions whose columns several states share
-(``columns=``, :data:`SHARED_COLUMNS`; see :mod:`~neurocrf.structs.engine.columns`): the
-precursor-induced CRF's O states then cost no emission work of their own.
+The log partition, the gold-path scores and Viterbi also read emissions whose columns several
+states share (``columns=``, :data:`SHARED_COLUMNS`; see :mod:`~neurocrf.structs.engine.columns`):
+the precursor-induced CRF's O states then cost no emission work of their own.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from neurocrf.structs.engine.compiled.scan import GoldScore, KernelForwardBackwa
 from neurocrf.structs.engine.pytorch.first_order import FastLogPartition
 
 _DTYPES = (torch.float32, torch.float64)
-SHARED_COLUMNS = ("log_partition", "path_score")
+SHARED_COLUMNS = ("log_partition", "path_score", "viterbi")
 """The quantities that take ``emissions [B, T, C]`` with ``columns [S]`` (see the module docstring)."""
 
 
@@ -95,13 +95,15 @@ def node_marginals(start: Tensor, transitions: Tensor, end: Tensor, emissions: T
     return reference.node_marginals(start, transitions, end, emissions, lengths, scan="sequential")
 
 
-def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
-            ) -> tuple[Tensor, Tensor]:
-    """Best path: states ``[B, T]`` (-1 past each length and without a path), float64 scores ``[B]``."""
+def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+            columns: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Best path: states ``[B, T]`` (-1 past each length and without a path), float64 scores ``[B]``;
+    ``columns``: see the module docstring."""
     if _trivial(emissions):
-        return reference.viterbi(start, transitions, end, emissions, lengths)
+        states = emissions if columns is None else shared.expand(emissions, columns)
+        return reference.viterbi(start, transitions, end, states, lengths)
     potentials = (x.detach().to(SEARCH_DTYPE).contiguous() for x in (start, transitions, end, emissions))
-    return kernel.viterbi(*potentials, lengths.to(torch.long).contiguous())
+    return kernel.viterbi(*potentials, lengths.to(torch.long).contiguous(), columns)
 
 
 def kbest(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor, k: int

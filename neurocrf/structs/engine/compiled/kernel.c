@@ -313,15 +313,17 @@ void NAME(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, const 
 FOLD(fold_f32, float)
 FOLD(fold_f64, double)
 
-/* Viterbi: states [B, T] (-1 past each length and in rows without a path), best scores [B]. The sums
-   are those of the torch scan, score[j] + (w[j, k] + e[t, k]), and ties go to the first index: a
-   maximum over the candidates (a loop the compiler vectorises, over the transposed transitions),
-   then the first candidate equal to it. Sources with a -inf transition into k are skipped when
+/* Viterbi: states [B, T] (-1 past each length and in rows without a path), best scores [B], with
+   emissions e [B, T, C] (state k scores column col[k]; col NULL: C = S). The sums are those of
+   the torch scan, score[j] + (w[j, k] + e[t, k]), and ties go to the first index: a maximum over
+   the candidates (a loop the compiler vectorises, over the transposed transitions), then the
+   first candidate equal to it. Sources with a -inf transition into k are skipped when
    there are any (the precursor CRF's O states are entered from one memory each); a state that no
    source reaches gets -inf and pointer 0, as in the dense scan. */
 #define VITERBI(NAME, REAL)                                                                        \
-void NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const REAL* en,          \
-          const REAL* e, const int64_t* len, int64_t* out, REAL* best) {                           \
+void NAME(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, const REAL* st,          \
+          const REAL* w, const REAL* en, const REAL* e, const int64_t* len, int64_t* out,          \
+          REAL* best) {                                                                            \
   REAL* score = malloc(sizeof(REAL) * (3 * S + S * S));                                            \
   REAL *next = score + S, *cand = next + S, *wt = cand + S;                                        \
   int64_t* back = malloc(sizeof(int64_t) * (T > 0 ? T : 1) * S);                                   \
@@ -340,11 +342,11 @@ void NAME(int64_t B, int64_t T, int64_t S, const REAL* st, const REAL* w, const 
     for (int64_t t = 0; t < T; ++t) path[t] = -1;                                                  \
     best[b] = 0;                                                                                   \
     if (n == 0) continue;                                                                          \
-    const REAL* eb = e + b * T * S;                                                                \
-    for (int64_t k = 0; k < S; ++k) score[k] = st[k] + eb[k];                                      \
+    const REAL* eb = e + b * T * C;                                                                \
+    for (int64_t k = 0; k < S; ++k) score[k] = st[k] + eb[col ? col[k] : k];                       \
     for (int64_t t = 1; t < n; ++t) {                                                              \
       for (int64_t k = 0; k < S; ++k) {                                                            \
-        const REAL ek = eb[t * S + k];                                                             \
+        const REAL ek = eb[t * C + (col ? col[k] : k)];                                            \
         const REAL* column = wt + k * S;                                                           \
         REAL top = -INFINITY;                                                                      \
         int64_t arg = 0;                                                                           \

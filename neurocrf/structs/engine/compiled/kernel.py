@@ -121,8 +121,7 @@ def unavailable() -> str | None:
                      "fold_f32", "fold_f64"):
             function = getattr(library, name)
             function.restype = ctypes.c_int if name in ("gold_f32", "gold_f64") else None
-            function.argtypes = [_I64] * (3 if name.startswith("viterbi") else 4) + [_PTR] * (
-                4 if name.startswith("fold") else 7 if name.startswith("viterbi") else 8)
+            function.argtypes = [_I64] * 4 + [_PTR] * (4 if name.startswith("fold") else 8)
         _library = library
     return None
 
@@ -221,14 +220,16 @@ def gold_backward(states: Tensor, lengths: Tensor, grad: Tensor, size: int, num_
     return g_start, g_moves.view(size, size), g_end, g_em.view(batch, steps, num_columns)
 
 
-def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
-            ) -> tuple[Tensor, Tensor]:
-    """Contiguous CPU inputs (float32 or float64, int64 ``lengths``) -> states ``[B, T]`` (-1 past
-    each length and in rows without a path), best scores ``[B]``."""
-    batch, steps, size = emissions.shape
+def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+            columns: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Contiguous CPU inputs (float32 or float64, ``emissions [B, T, C]``: state ``s`` scores column
+    ``columns[s]``, None: ``C = S``; int64 ``lengths``) -> states ``[B, T]`` (-1 past each length and
+    in rows without a path), best scores ``[B]``."""
+    batch, steps = emissions.shape[:2]
     function = _typed("viterbi", emissions.dtype)
     states = torch.empty(batch, steps, dtype=torch.long)
     best = emissions.new_empty(batch)
-    function(batch, steps, size, start.data_ptr(), transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(),
-             lengths.data_ptr(), states.data_ptr(), best.data_ptr())
+    function(batch, steps, start.shape[0], *_columns(emissions.shape[-1], columns), start.data_ptr(),
+             transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(), lengths.data_ptr(), states.data_ptr(),
+             best.data_ptr())
     return states, best
