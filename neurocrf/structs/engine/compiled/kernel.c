@@ -179,9 +179,10 @@ int fb_forward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, c
 }
 
 /* Backward pass (inputs as fb_forward's): node marginals gm [B, T, S] and edge marginals summed
-   over the positions, with alphas from fb_forward, and err [B], a bound on the relative error of Z from the values
-   fb_forward dropped: the mass a dropped value carried into Z is that value times the backward
-   score of its state, divided by sum_s alpha beta at its position (everything rescaled alike).
+   over the positions, with alphas from fb_forward, and err [B], a bound on the relative error of
+   Z from the values fb_forward dropped: the mass a dropped value carried into Z is that value
+   times the backward score of its state, divided by sum_s alpha beta at its position (everything
+   rescaled alike).
    With weights g [B], the gradients of sum_b g[b] log Z[b]: gm weighted, gw [S, S] summed over the
    rows, and the start and end gradients added into gs [S] and ge [S]; without (g NULL), per row:
    gm unweighted, gw [B, S, S], gs and ge unused. Outputs zero-initialised by the caller. The
@@ -241,8 +242,8 @@ int fb_backward(int64_t B, int64_t T, int64_t S, int64_t C, const int64_t* col, 
         const int64_t k = moves.cols[i];
         const double qk = q[k];
         if (qk == 0.0) continue;
-        const double* column = ewt + k * S;
-        for (int64_t j = 0; j < S; ++j) raw[j] += column[j] * qk;
+        const double* into_k = ewt + k * S;
+        for (int64_t j = 0; j < S; ++j) raw[j] += into_k[j] * qk;
       }
       for (int64_t i = 0; i < moves.count; ++i) raw[moves.from[i]] += moves.value[i] * q[moves.to[i]];
       double dp = 0.0;
