@@ -109,16 +109,18 @@ def default_backends(device: torch.device) -> list[str]:
     return ["torch", fast] if engine.describe()[fast] == "available" else ["torch"]
 
 
-def make_layers(num_tags: int, device: torch.device, backends: list[str]) -> dict[str, torch.nn.Module]:
+def make_layers(num_tags: int, device: torch.device, backends: list[str], constrained: bool = False
+                ) -> dict[str, torch.nn.Module]:
     """The three layers once per backend; every backend's layer shares the first one's parameters,
-    so all compute the same."""
+    so all compute the same (``constrained``: the precursor layer forbids invalid IOB2 moves)."""
     layers: dict[str, torch.nn.Module] = {}
     probe = torch.zeros(1, 2, num_tags, device=device)
     for backend in backends:
         built = {
             "first-order": LinearChainCRF(num_tags, backend=backend),
             "second-order": SecondOrderCRF(num_tags, backend=backend),
-            "precursor": PrecursorInducedCRF(iob2_tags(num_tags), "IOB2", constrained=False, backend=backend),
+            "precursor": PrecursorInducedCRF(iob2_tags(num_tags), "IOB2", constrained=constrained,
+                                              backend=backend),
         }
         for kind, layer in built.items():
             try:  # a backend that does not take this layer's state space is left out, and said so
@@ -134,14 +136,14 @@ def make_layers(num_tags: int, device: torch.device, backends: list[str]) -> dic
 
 
 def build_contenders(batch: int, seq_len: int, num_tags: int, device: torch.device, with_peers: bool,
-                     backends: list[str]):
+                     backends: list[str], constrained: bool = False):
     torch.manual_seed(0)
     emissions = torch.randn(batch, seq_len, num_tags, device=device, requires_grad=True)
     tags = torch.randint(num_tags, (batch, seq_len), device=device)
     lengths = torch.randint(seq_len // 2, seq_len + 1, (batch,), device=device)
     lengths[0] = seq_len
     mask = torch.arange(seq_len, device=device) < lengths[:, None]
-    layers = make_layers(num_tags, device, backends)
+    layers = make_layers(num_tags, device, backends, constrained)
     ours = layers[layer_name("first-order", backends[0])]
     nll: dict[str, Callable[[], torch.Tensor]] = {
         name: (lambda layer=layer: layer(emissions, tags, mask)) for name, layer in layers.items()
@@ -197,10 +199,11 @@ def pin_malloc_thresholds() -> bool:
 
 
 def run(sizes, device: torch.device, repeats: int, with_peers: bool, backends: list[str],
-        skip: list[str] = ()) -> list[dict]:
+        skip: list[str] = (), constrained: bool = False) -> list[dict]:
     rows = []
     for batch, seq_len, num_tags in sizes:
-        emissions, nll, viterbi = build_contenders(batch, seq_len, num_tags, device, with_peers, backends)
+        emissions, nll, viterbi = build_contenders(batch, seq_len, num_tags, device, with_peers, backends,
+                                                   constrained)
         for table in (nll, viterbi):
             for name in [name for name in table if any(part in name for part in skip)]:
                 del table[name]
@@ -305,6 +308,8 @@ def main() -> None:
     parser.add_argument("--sizes", help="BxTxL sizes, comma-separated (default: the device's list)")
     parser.add_argument("--skip", default="", help="leave out contenders whose name contains one of these, "
                         "comma-separated (e.g. second-order)")
+    parser.add_argument("--constrained-precursor", action="store_true",
+                        help="the precursor layer with IOB2 constraints (its default) instead of unconstrained")
     args = parser.parse_args()
     global CLOCK
     if args.clock == "thread":
@@ -323,7 +328,8 @@ def main() -> None:
     header = (f"## CRF benchmark on {args.device} ({machine}); torch {torch.__version__}; "
               f"{args.repeats} interleaved rounds, medians of {args.clock} time; "
               f"malloc thresholds {'pinned' if pinned else 'dynamic'}")
-    rows = run(sizes, device, args.repeats, not args.no_peers, backends, [x for x in args.skip.split(",") if x])
+    rows = run(sizes, device, args.repeats, not args.no_peers, backends, [x for x in args.skip.split(",") if x],
+               args.constrained_precursor)
     text = format_tables(rows, header, backends)
     print(text)
     if args.out:

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from neurocrf.structs.distribution import ChainDistribution
 from neurocrf.structs.engine import PARALLEL_THRESHOLD, SEARCH_DTYPE, check_backend, check_scan
-from neurocrf.structs.engine.chain import Chain, path_score
+from neurocrf.structs.engine.chain import Chain
 from neurocrf.structs.engine.semiring import NEG_INF
 from neurocrf.structs.export import ViterbiDecoder, refuse_capture
 
@@ -101,6 +101,12 @@ class ChainCRF(nn.Module):
     def _state_emissions(self, emissions: Tensor) -> Tensor:
         """Tag emissions ``[B, T, L]`` -> state emissions ``[B, T, *S]``."""
         raise NotImplementedError
+
+    def _emission_columns(self) -> Tensor | None:
+        """``[|S|]`` int64 when each state scores one tag emission column (see
+        :mod:`~neurocrf.structs.engine.columns`; ``_state_emissions`` must then equal their
+        expansion): backends that can read the tag emissions in place do. Default None."""
+        return None
 
     def _gold_states(self, tags: Tensor) -> Tensor:
         """Compacted tag ids ``[B, T]`` -> flat state ids ``[B, T]`` of the unique state path."""
@@ -216,6 +222,15 @@ class ChainCRF(nn.Module):
         return Chain(*potentials, state_emissions, lengths, backend=backend or self.backend, scan=self.scan,
                      parallel_threshold=self.parallel_threshold)
 
+    def _tag_chain(self, potentials: tuple[Tensor, Tensor, Tensor], compact: Tensor, lengths: Tensor) -> Chain:
+        """The chain of the compacted tag emissions ``compact``, over shared emission columns where
+        the layer has them (:meth:`_emission_columns`), else over :meth:`_state_emissions`."""
+        columns = self._emission_columns()
+        if columns is None:
+            return self._chain(potentials, self._state_emissions(compact), lengths)
+        return Chain(*potentials, compact, lengths, backend=self.backend, scan=self.scan,
+                     parallel_threshold=self.parallel_threshold, columns=columns)
+
     def _state_to_tag(self, states: Tensor) -> Tensor:
         return torch.where(states >= 0, self.state_labels[states.clamp(min=0)], states)
 
@@ -229,7 +244,7 @@ class ChainCRF(nn.Module):
             mask: ``[batch, seq_len]`` bool; the chain runs over the True positions of each row.
         """
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
-        return self._chain(potentials, self._state_emissions(compact), lengths).log_partition()
+        return self._tag_chain(potentials, compact, lengths).log_partition()
 
     @_float_math
     def score(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -239,7 +254,7 @@ class ChainCRF(nn.Module):
         if tags.dtype == torch.bool:
             raise ValueError("score needs tag ids [batch, seq_len], not a set of allowed tags")
         states = self._gold_states(self._gather_positions(tags, order, width))
-        return path_score(*potentials, self._state_emissions(compact), states, lengths, self.backend)
+        return self._tag_chain(potentials, compact, lengths).path_score(states)
 
     @_float_math
     def forward(
@@ -264,15 +279,15 @@ class ChainCRF(nn.Module):
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
         tags = self._check_tags(tags, emissions, mask)
-        state_emissions = self._state_emissions(compact)
-        log_z = self._chain(potentials, state_emissions, lengths).log_partition()
+        chain = self._tag_chain(potentials, compact, lengths)
+        log_z = chain.log_partition()
         if tags.dtype == torch.bool:
             allowed = self._allowed_states(self._gather_positions(tags, order, width))
-            clamped = state_emissions.masked_fill(~allowed, NEG_INF)
+            clamped = chain.state_emissions().masked_fill(~allowed, NEG_INF)
             numerator = self._chain(potentials, clamped, lengths).log_partition()
         else:
             states = self._gold_states(self._gather_positions(tags, order, width))
-            numerator = path_score(*potentials, state_emissions, states, lengths, self.backend)
+            numerator = chain.path_score(states)
         # no valid path: log Z = numerator = -inf; the where also keeps NaN out of the gradients
         nll = torch.where(torch.isneginf(log_z), torch.full_like(log_z, float("inf")), log_z - numerator)
         if reduction == "none":
@@ -342,7 +357,7 @@ class ChainCRF(nn.Module):
         the emissions' dtype (see :data:`~neurocrf.structs.engine.SEARCH_DTYPE`)."""
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask, SEARCH_DTYPE)
         with torch.no_grad():
-            states, _ = self._chain(potentials, self._state_emissions(compact), lengths).viterbi()
+            states, _ = self._tag_chain(potentials, compact, lengths).viterbi()
         return self._scatter_positions(self._state_to_tag(states), order, width, -1, emissions.shape[1])
 
     @_float_math

@@ -30,7 +30,10 @@ run: it replaces ``"auto"``, while a layer built or set with another name keeps 
 The contract (:class:`Backend`): a backend is a module with these functions, all on the original,
 compacted potentials of :class:`~neurocrf.structs.engine.chain.Chain` (state shape ``S = (C,) *
 order``; ``start`` ``[*S]``, ``transitions`` ``[*S, C]`` or per position ``[B, T, *S, C]``, ``end``
-``[*S]``, ``emissions`` ``[B, T, *S]``, ``lengths`` ``[B]``; each row's valid positions first):
+``[*S]``, ``emissions`` ``[B, T, *S]``, ``lengths`` ``[B]``; each row's valid positions first).
+A backend may also list in ``SHARED_COLUMNS`` the quantities it computes from emissions whose
+columns several states share (keyword ``columns``, see :mod:`~neurocrf.structs.engine.columns`);
+the chain expands them into state emissions for every other call:
 
 >>> import neurocrf.structs.engine as engine
 >>> sorted(engine.QUANTITIES)

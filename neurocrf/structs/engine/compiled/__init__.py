@@ -14,6 +14,10 @@ other dtypes than float32 and float64).
 - Viterbi: the kernel, in float64;
 - k best: the torch backend's k-max scan on the same CPU tensors (the kernel has no k-best search);
 - gold-path scores: the kernel, summed in float64.
+
+The log partition, the gold-path scores and Viterbi also read emissions whose columns several
+states share (``columns=``, :data:`SHARED_COLUMNS`; see :mod:`~neurocrf.structs.engine.columns`):
+the precursor-induced CRF's O states then cost no emission work of their own.
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ import torch
 from torch import Tensor
 
 from neurocrf.structs.engine import SEARCH_DTYPE
+from neurocrf.structs.engine import columns as shared
 from neurocrf.structs.engine import pytorch as reference
 from neurocrf.structs.engine.compiled import kernel
 from neurocrf.structs.engine.compiled.scan import GoldScore, KernelForwardBackward
 from neurocrf.structs.engine.pytorch.first_order import FastLogPartition
 
 _DTYPES = (torch.float32, torch.float64)
+SHARED_COLUMNS = ("log_partition", "path_score", "viterbi")
+"""The quantities that take ``emissions [B, T, C]`` with ``columns [S]`` (see the module docstring)."""
 
 
 def available() -> str | None:
@@ -56,19 +63,23 @@ def _trivial(emissions: Tensor) -> bool:
     return emissions.shape[0] == 0 or emissions.shape[1] == 0
 
 
-def log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor) -> Tensor:
+def log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+                  columns: Tensor | None = None) -> Tensor:
     """``[B]`` log partition, differentiable (first derivatives from the kernel's backward pass;
-    higher ones through the torch backend's log-space scan)."""
-    if _trivial(emissions):
-        return reference.log_partition(start, transitions, end, emissions, lengths)
-    spread = reference._spread(start, transitions, end, emissions)
-    with torch.no_grad():
-        scan = KernelForwardBackward(start, transitions, end, emissions, lengths)
-    if not scan.ok:
-        return reference.general_log_partition(start, transitions, end, emissions, lengths, spread())
+    higher ones through the torch backend's log-space scan); ``columns``: see the module docstring."""
+    def states(emissions: Tensor) -> Tensor:
+        return emissions if columns is None else shared.expand(emissions, columns)
 
-    def fallback(*potentials):
-        return reference.general_log_partition(*potentials, lengths, spread())
+    if _trivial(emissions):
+        return reference.log_partition(start, transitions, end, states(emissions), lengths)
+    spread = reference._spread(start, transitions, end, emissions)  # the same with repeated columns
+    with torch.no_grad():
+        scan = KernelForwardBackward(start, transitions, end, emissions, lengths, columns)
+    if not scan.ok:
+        return reference.general_log_partition(start, transitions, end, states(emissions), lengths, spread())
+
+    def fallback(start, transitions, end, emissions):
+        return reference.general_log_partition(start, transitions, end, states(emissions), lengths, spread())
 
     return FastLogPartition.apply(start, transitions, end, emissions, scan, fallback)
 
@@ -84,13 +95,15 @@ def node_marginals(start: Tensor, transitions: Tensor, end: Tensor, emissions: T
     return reference.node_marginals(start, transitions, end, emissions, lengths, scan="sequential")
 
 
-def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
-            ) -> tuple[Tensor, Tensor]:
-    """Best path: states ``[B, T]`` (-1 past each length and without a path), float64 scores ``[B]``."""
+def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+            columns: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Best path: states ``[B, T]`` (-1 past each length and without a path), float64 scores ``[B]``;
+    ``columns``: see the module docstring."""
     if _trivial(emissions):
-        return reference.viterbi(start, transitions, end, emissions, lengths)
+        states = emissions if columns is None else shared.expand(emissions, columns)
+        return reference.viterbi(start, transitions, end, states, lengths)
     potentials = (x.detach().to(SEARCH_DTYPE).contiguous() for x in (start, transitions, end, emissions))
-    return kernel.viterbi(*potentials, lengths.to(torch.long).contiguous())
+    return kernel.viterbi(*potentials, lengths.to(torch.long).contiguous(), columns)
 
 
 def kbest(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor, k: int
@@ -100,8 +113,9 @@ def kbest(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, le
 
 
 def path_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, states: Tensor,
-               lengths: Tensor) -> Tensor:
-    """``[B]`` score of the state paths ``states [B, T]``, summed in float64, differentiable."""
+               lengths: Tensor, columns: Tensor | None = None) -> Tensor:
+    """``[B]`` score of the state paths ``states [B, T]``, summed in float64, differentiable;
+    ``columns``: see the module docstring."""
     if states.shape[1] == 0:
         return emissions.new_zeros(states.shape[0])
-    return GoldScore.apply(start, transitions, end, emissions, states, lengths)
+    return GoldScore.apply(start, transitions, end, emissions, states, lengths, columns)

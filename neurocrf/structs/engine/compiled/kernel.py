@@ -23,7 +23,9 @@ a nonzero factor of the next step is at least ``exp(-700)``, so no finite score 
 underflow; a value too small for that is dropped, and the backward pass bounds the relative error
 of ``Z`` the dropped values could have caused; otherwise it reports failure and the caller takes
 the torch backend's general scan); Viterbi with the same sums and first-index ties as the torch
-backend; gold-path scores summed in float64.
+backend; gold-path scores summed in float64. Each takes emissions ``[B, T, C]`` whose columns
+several states may share (``columns``, see :mod:`~neurocrf.structs.engine.columns`), and
+:func:`fold` turns the states' emission gradients into the columns' in the emissions' dtype.
 """
 
 from __future__ import annotations
@@ -114,53 +116,74 @@ def unavailable() -> str | None:
             _failed = f"the compiled kernel could not be built or loaded ({type(error).__name__}: {error})"
             return _failed
         library.fb_forward.restype = ctypes.c_int
-        library.fb_forward.argtypes = [_I64] * 3 + [_PTR] * 7 + [_F64] + [_PTR] * 2
+        library.fb_forward.argtypes = [_I64] * 4 + [_PTR] * 8 + [_F64] + [_PTR] * 2
         library.fb_backward.restype = ctypes.c_int
-        library.fb_backward.argtypes = [_I64] * 3 + [_PTR] * 8 + [_F64] * 2 + [_PTR] * 5
-        for name in ("viterbi_f32", "viterbi_f64", "gold_f32", "gold_f64"):
-            getattr(library, name).restype = ctypes.c_int if name.startswith("gold") else None
-            getattr(library, name).argtypes = [_I64] * 3 + [_PTR] * 7
-        for name in ("gold_backward_f32", "gold_backward_f64"):
-            getattr(library, name).restype = None
-            getattr(library, name).argtypes = [_I64] * 3 + [_PTR] * 7
+        library.fb_backward.argtypes = [_I64] * 4 + [_PTR] * 9 + [_F64] * 2 + [_PTR] * 5
+        for name in ("viterbi_f32", "viterbi_f64", "gold_f32", "gold_f64", "gold_backward_f32", "gold_backward_f64",
+                     "fold_f32", "fold_f64"):
+            function = getattr(library, name)
+            function.restype = ctypes.c_int if name in ("gold_f32", "gold_f64") else None
+            function.argtypes = [_I64] * 4 + [_PTR] * (4 if name.startswith("fold") else 8)
         _library = library
     return None
 
 
+def _columns(num_columns: int, columns: Tensor | None) -> tuple[int, int | None]:
+    """The kernel's ``C, col`` arguments: the number of emission columns and the pointer of the
+    column map (None: the identity)."""
+    return num_columns, None if columns is None else columns.data_ptr()
+
+
 def fb_forward(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, probs: Tensor, shift: Tensor,
-               lengths: Tensor, tiny: float) -> tuple[Tensor, Tensor, int]:
-    """float64 contiguous CPU inputs (``emissions`` and ``probs = exp(emissions - shift)`` ``[B, T, S]``,
-    ``shift`` ``[B, T]`` the row maxima, int64 ``lengths``) -> log Z ``[B]``, rescaled alphas
-    ``[B, T, S]`` (dropped values negated), and 0 (not certified), 1 (certified) or 2 (certified
-    if :func:`fb_backward`'s error bound is small enough)."""
-    batch, steps, size = probs.shape
+               lengths: Tensor, tiny: float, columns: Tensor | None = None) -> tuple[Tensor, Tensor, int]:
+    """float64 contiguous CPU inputs (``emissions`` and ``probs = exp(emissions - shift)`` ``[B, T, C]``,
+    ``shift`` ``[B, T]`` the row maxima, int64 ``lengths``; state ``s`` of ``start [S]`` scores column
+    ``columns[s]``, None: ``C = S`` and the identity) -> log Z ``[B]``, rescaled alphas ``[B, T, S]``
+    (dropped values negated), and 0 (not certified), 1 (certified) or 2 (certified if
+    :func:`fb_backward`'s error bound is small enough)."""
+    batch, steps = probs.shape[:2]
+    size = start.shape[0]
     log_z = probs.new_empty(batch)
     alphas = probs.new_empty(batch, steps, size)
-    ok = _library.fb_forward(batch, steps, size, start.data_ptr(), transitions.data_ptr(), end.data_ptr(),
-                             emissions.data_ptr(), probs.data_ptr(), shift.data_ptr(), lengths.data_ptr(), tiny,
-                             log_z.data_ptr(), alphas.data_ptr())
+    ok = _library.fb_forward(batch, steps, size, *_columns(probs.shape[-1], columns), start.data_ptr(),
+                             transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(), probs.data_ptr(),
+                             shift.data_ptr(), lengths.data_ptr(), tiny, log_z.data_ptr(), alphas.data_ptr())
     return log_z, alphas, int(ok)
 
 
 def fb_backward(transitions: Tensor, end: Tensor, emissions: Tensor, probs: Tensor, shift: Tensor, lengths: Tensor,
-                alphas: Tensor, tiny: float, floor: float, grad: Tensor | None = None) -> tuple[Tensor, ...]:
-    """The backward pass (float64). With ``grad`` ``[B]``: the gradients of ``sum_b grad[b] log Z[b]``
-    for start ``[S]``, transitions ``[S, S]``, end ``[S]`` and emissions ``[B, T, S]``; without, per
-    row: node marginals ``[B, T, S]`` and edge marginals summed over the positions ``[B, S, S]``.
-    Then the bound on the relative error of ``Z`` from dropped values ``[B]``, and whether it is
-    certified."""
-    batch, steps, size = probs.shape
+                alphas: Tensor, tiny: float, floor: float, grad: Tensor | None = None, columns: Tensor | None = None
+                ) -> tuple[Tensor, ...]:
+    """The backward pass (float64, inputs as :func:`fb_forward`'s). With ``grad`` ``[B]``: the
+    gradients of ``sum_b grad[b] log Z[b]`` for start ``[S]``, transitions ``[S, S]``, end ``[S]`` and
+    the states' emissions ``[B, T, S]`` (:func:`fold` adds them into columns); without, per row:
+    node marginals ``[B, T, S]`` and edge marginals summed over the positions ``[B, S, S]``. Then the
+    bound on the relative error of ``Z`` from dropped values ``[B]``, and whether it is certified."""
+    batch, steps, size = alphas.shape
     rows = 1 if grad is not None else batch
     out = torch.zeros(2 * size + rows * size * size + batch * steps * size + batch, dtype=torch.float64)
     g_start, g_end, g_moves, g_em, error = out.split([size, size, rows * size * size, batch * steps * size, batch])
-    ok = _library.fb_backward(batch, steps, size, transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(),
-                              probs.data_ptr(), shift.data_ptr(), lengths.data_ptr(), alphas.data_ptr(),
-                              None if grad is None else grad.data_ptr(), tiny, floor, g_start.data_ptr(),
-                              g_moves.data_ptr(), g_end.data_ptr(), g_em.data_ptr(), error.data_ptr())
+    ok = _library.fb_backward(batch, steps, size, *_columns(probs.shape[-1], columns), transitions.data_ptr(),
+                              end.data_ptr(), emissions.data_ptr(), probs.data_ptr(), shift.data_ptr(),
+                              lengths.data_ptr(), alphas.data_ptr(), None if grad is None else grad.data_ptr(), tiny,
+                              floor, g_start.data_ptr(), g_moves.data_ptr(), g_end.data_ptr(), g_em.data_ptr(),
+                              error.data_ptr())
     g_em = g_em.view(batch, steps, size)
     if grad is None:
         return g_em, g_moves.view(batch, size, size), error, bool(ok)
     return g_start, g_moves.view(size, size), g_end, g_em, error, bool(ok)
+
+
+def fold(marginals: Tensor, dtype: torch.dtype, num_columns: int, columns: Tensor | None = None,
+         weights: Tensor | None = None) -> Tensor:
+    """float64 contiguous ``marginals [B, T, S]`` -> ``[B, T, C]`` in ``dtype`` (float32 or float64):
+    each state's value added into its column ``columns[s]`` (None: ``C = S``, a conversion), times
+    ``weights[b]`` (float64 ``[B]``) for row ``b`` when given."""
+    batch, steps, size = marginals.shape
+    out = torch.empty(batch, steps, num_columns, dtype=dtype)
+    _typed("fold", dtype)(batch, steps, size, *_columns(num_columns, columns), marginals.data_ptr(),
+                          None if weights is None else weights.data_ptr(), out.data_ptr())
+    return out
 
 
 def _typed(name: str, dtype: torch.dtype):
@@ -171,38 +194,44 @@ def _typed(name: str, dtype: torch.dtype):
     raise ValueError(f"the compiled kernel takes float32 or float64, got {dtype}")
 
 
-def gold_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, states: Tensor, lengths: Tensor
-               ) -> Tensor:
-    """Contiguous CPU inputs of one float dtype, int64 ``states [B, T]`` and ``lengths`` -> ``[B]``
-    scores of the paths."""
-    batch, steps, size = emissions.shape
+def gold_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, states: Tensor, lengths: Tensor,
+               columns: Tensor | None = None) -> Tensor:
+    """Contiguous CPU inputs of one float dtype (``emissions [B, T, C]``: state ``s`` scores column
+    ``columns[s]``, None: ``C = S``), int64 ``states [B, T]`` and ``lengths`` -> ``[B]`` scores of the paths."""
+    batch, steps = states.shape
+    size = start.shape[0]
     out = emissions.new_empty(batch)
-    ok = _typed("gold", emissions.dtype)(batch, steps, size, start.data_ptr(), transitions.data_ptr(), end.data_ptr(),
-                                         emissions.data_ptr(), states.data_ptr(), lengths.data_ptr(), out.data_ptr())
+    ok = _typed("gold", emissions.dtype)(batch, steps, size, *_columns(emissions.shape[-1], columns), start.data_ptr(),
+                                         transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(),
+                                         states.data_ptr(), lengths.data_ptr(), out.data_ptr())
     if not ok:
         raise IndexError(f"a state id outside [0, {size}) inside a row's length")
     return out
 
 
-def gold_backward(states: Tensor, lengths: Tensor, grad: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def gold_backward(states: Tensor, lengths: Tensor, grad: Tensor, size: int, num_columns: int,
+                  columns: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients of ``sum_b grad[b] * score[b]``: start ``[S]``, transitions ``[S, S]``, end ``[S]``,
-    emissions ``[B, T, S]`` in ``grad``'s dtype."""
+    emissions ``[B, T, C]`` (``size``: ``S``; ``num_columns``: ``C``)."""
     batch, steps = states.shape
-    grads = grad.new_zeros(size * (size + 2) + batch * steps * size)
-    g_start, g_moves, g_end, g_em = grads.split([size, size * size, size, batch * steps * size])
-    _typed("gold_backward", grad.dtype)(batch, steps, size, states.data_ptr(), lengths.data_ptr(), grad.data_ptr(),
-                                        g_start.data_ptr(), g_moves.data_ptr(), g_end.data_ptr(), g_em.data_ptr())
-    return g_start, g_moves.view(size, size), g_end, g_em.view(batch, steps, size)
+    grads = grad.new_zeros(size * (size + 2) + batch * steps * num_columns)
+    g_start, g_moves, g_end, g_em = grads.split([size, size * size, size, batch * steps * num_columns])
+    _typed("gold_backward", grad.dtype)(batch, steps, size, *_columns(num_columns, columns),
+                                        states.data_ptr(), lengths.data_ptr(), grad.data_ptr(), g_start.data_ptr(),
+                                        g_moves.data_ptr(), g_end.data_ptr(), g_em.data_ptr())
+    return g_start, g_moves.view(size, size), g_end, g_em.view(batch, steps, num_columns)
 
 
-def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
-            ) -> tuple[Tensor, Tensor]:
-    """Contiguous CPU inputs (float32 or float64, int64 ``lengths``) -> states ``[B, T]`` (-1 past
-    each length and in rows without a path), best scores ``[B]``."""
-    batch, steps, size = emissions.shape
+def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+            columns: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Contiguous CPU inputs (float32 or float64, ``emissions [B, T, C]``: state ``s`` scores column
+    ``columns[s]``, None: ``C = S``; int64 ``lengths``) -> states ``[B, T]`` (-1 past each length and
+    in rows without a path), best scores ``[B]``."""
+    batch, steps = emissions.shape[:2]
     function = _typed("viterbi", emissions.dtype)
     states = torch.empty(batch, steps, dtype=torch.long)
     best = emissions.new_empty(batch)
-    function(batch, steps, size, start.data_ptr(), transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(),
-             lengths.data_ptr(), states.data_ptr(), best.data_ptr())
+    function(batch, steps, start.shape[0], *_columns(emissions.shape[-1], columns), start.data_ptr(),
+             transitions.data_ptr(), end.data_ptr(), emissions.data_ptr(), lengths.data_ptr(), states.data_ptr(),
+             best.data_ptr())
     return states, best

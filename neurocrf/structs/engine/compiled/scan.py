@@ -2,7 +2,9 @@
 interface of :class:`~neurocrf.structs.engine.pytorch.first_order.ForwardBackward`, so that
 :class:`~neurocrf.structs.engine.pytorch.first_order.FastLogPartition` drives it) and the gold-path
 score as one autograd node. Inputs are CPU tensors of a first-order chain with shared transitions:
-``start [S]``, ``transitions [S, S]``, ``end [S]``, compacted ``emissions [B, T, S]``, ``lengths [B]``.
+``start [S]``, ``transitions [S, S]``, ``end [S]``, compacted ``emissions [B, T, C]``, ``lengths [B]``
+and optionally ``columns [S]``, the emission column of each state (see
+:mod:`~neurocrf.structs.engine.columns`; None: ``C = S``, each state its own).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import math
 import torch
 from torch import Tensor
 
+from neurocrf.structs.engine import columns as shared
 from neurocrf.structs.engine.compiled import kernel
 from neurocrf.structs.engine.pytorch import first_order
 from neurocrf.structs.engine.pytorch.first_order import DROPPED_ERROR
@@ -28,8 +31,10 @@ class KernelForwardBackward:
     then runs per row (node and per-row edge marginals, combined with any gradient weights later),
     so that training still runs it only once."""
 
-    def __init__(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor) -> None:
+    def __init__(self, start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
+                 columns: Tensor | None = None) -> None:
         f64 = torch.float64
+        self.dtype, self.columns = emissions.dtype, columns
         self.emissions = emissions.detach().to(f64).contiguous()
         shift = self.emissions.amax(-1, keepdim=True)
         self.probs = (self.emissions - shift).exp_()
@@ -38,13 +43,13 @@ class KernelForwardBackward:
         self.lengths = lengths.to(torch.long).contiguous()
         self.log_z, self.alphas, status = kernel.fb_forward(
             start.detach().to(f64).contiguous(), self.moves, self.end, self.emissions, self.probs, self.shift,
-            self.lengths, _TINY)
+            self.lengths, _TINY, columns)
         self._per_row: tuple[Tensor, Tensor] | None = None
         self.ok = status == 1 or status == 2 and self._marginals() is not None
 
     def _backward(self, grad: Tensor | None) -> tuple[Tensor, ...] | None:
         *out, error, ok = kernel.fb_backward(self.moves, self.end, self.emissions, self.probs, self.shift,
-                                             self.lengths, self.alphas, _TINY, _FLOOR, grad)
+                                             self.lengths, self.alphas, _TINY, _FLOOR, grad, self.columns)
         return tuple(out) if ok and bool((error <= DROPPED_ERROR).all()) else None
 
     def _marginals(self) -> tuple[Tensor, Tensor] | None:
@@ -57,19 +62,24 @@ class KernelForwardBackward:
     def gradients(self, grad_log_z: Tensor, need_moves: bool
                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor] | None:
         """Gradients of ``sum_b grad_log_z[b] log Z[b]``: start ``[S]``, transitions ``[S, S]``, end
-        ``[S]``, emissions ``[B, T, S]`` (float64), or None if not certified."""
+        ``[S]`` (float64), emissions ``[B, T, C]`` (the emissions' dtype), or None if not certified."""
         weight = grad_log_z.to(torch.float64).contiguous()
+        num_columns = self.emissions.shape[-1]
         if self._per_row is None:  # the common case: the kernel weights and sums
-            return self._backward(weight)
+            out = self._backward(weight)
+            if out is None:
+                return None
+            grad_start, grad_moves, grad_end, nodes = out
+            return grad_start, grad_moves, grad_end, kernel.fold(nodes, self.dtype, num_columns, self.columns)
         marginals = self._marginals()
         if marginals is None:
             return None
         nodes, edges = marginals
-        grad_emissions = nodes * weight.view(-1, 1, 1)
-        grad_start = grad_emissions[:, 0].sum(0)
+        grad_start = weight @ nodes[:, 0]
         last = (self.lengths - 1).clamp(min=0).view(-1, 1, 1).expand(-1, 1, nodes.shape[-1])
-        at_end = grad_emissions.gather(1, last).squeeze(1) * (self.lengths > 0).unsqueeze(1)
-        return grad_start, torch.einsum("b,bij->ij", weight, edges), at_end.sum(0), grad_emissions
+        grad_end = (weight * (self.lengths > 0)) @ nodes.gather(1, last).squeeze(1)
+        grad_moves = (weight @ edges.flatten(1)).view_as(edges[0])
+        return grad_start, grad_moves, grad_end, kernel.fold(nodes, self.dtype, num_columns, self.columns, weight)
 
     def node_marginals(self) -> Tensor | None:
         """``[B, T, S]`` float64 posteriors, or None if not certified."""
@@ -82,11 +92,12 @@ class GoldScore(torch.autograd.Function):
     path's counts (with torch operations when it must itself be differentiable: ``create_graph``)."""
 
     @staticmethod
-    def forward(ctx, start, transitions, end, emissions, states, lengths):  # type: ignore[override]
+    def forward(ctx, start, transitions, end, emissions, states, lengths, columns):  # type: ignore[override]
         states, lengths = states.contiguous(), lengths.to(torch.long).contiguous()
+        ctx.columns = columns
         ctx.save_for_backward(start, transitions, end, emissions, states, lengths)
         return kernel.gold_score(*(x.detach().contiguous() for x in (start, transitions, end, emissions)), states,
-                                 lengths)
+                                 lengths, columns)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
@@ -95,9 +106,11 @@ class GoldScore(torch.autograd.Function):
         if torch.is_grad_enabled():
             leaves = [x.detach().requires_grad_(need) for x, need in zip(potentials, needed)]
             with torch.enable_grad():
-                score = first_order.path_score(*leaves, states, lengths)
+                emissions = leaves[3] if ctx.columns is None else shared.expand(leaves[3], ctx.columns)
+                score = first_order.path_score(*leaves[:3], emissions, states, lengths)
                 chosen = [x for x, need in zip(leaves, needed) if need]
                 grads = iter(torch.autograd.grad(score, chosen, grad, create_graph=True))
-            return (*(next(grads) if need else None for need in needed), None, None)
-        grads = kernel.gold_backward(states, lengths, grad.contiguous(), potentials[3].shape[-1])
-        return (*(g if need else None for g, need in zip(grads, needed)), None, None)
+            return (*(next(grads) if need else None for need in needed), None, None, None)
+        grads = kernel.gold_backward(states, lengths, grad.contiguous(), potentials[0].shape[0],
+                                     potentials[3].shape[-1], ctx.columns)
+        return (*(g if need else None for g, need in zip(grads, needed)), None, None, None)
