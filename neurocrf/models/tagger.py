@@ -142,8 +142,10 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         return self.projection(self.dropout(hidden))
 
     def _emissions(self, batch: dict[str, Any]) -> Tensor:
-        emissions = self(batch["inputs"])
-        mask = batch["mask"]
+        return self._checked(self(batch["inputs"]), batch["mask"])
+
+    @staticmethod
+    def _checked(emissions: Tensor, mask: Tensor) -> Tensor:
         if emissions.shape[:2] != mask.shape:
             raise ValueError(
                 f"encoder output {tuple(emissions.shape)} does not match the batch mask"
@@ -326,11 +328,9 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         if was_training:
             self.eval()
         try:
-            inputs = {key: value.to(self.device) for key, value in self.encoder.prepare(tokens).items()}
             lengths = torch.tensor([len(words) for words in tokens], device=self.device)
             mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                emissions = self._emissions({"inputs": inputs, "mask": mask})
+            emissions = self._checked(self.projection(self.dropout(self.encoder.encode(tokens, precision))), mask)
             return build_predictions(self.head, emissions, mask, tokens, self.tags, self.scheme, nbest=nbest,
                                      confidences=confidences)
         finally:
