@@ -102,32 +102,37 @@ def time_major_rows(rows: Tensor, reverse: Tensor, directions: int) -> Tensor:
     return blocks.permute(2, 0, 1).contiguous()  # [T, D, N]
 
 
-def run_recurrence(gates_in: Tensor, recurrent: Tensor, out: Tensor) -> Tensor:
+def run_recurrence(table: Tensor, index: Tensor, recurrent: Tensor) -> Tensor:
     """The LSTM recurrence of ``D`` directions at once, from zero states.
 
     Args:
-        gates_in: ``[T, D, N, 4H]`` float32 input pre-activations (bias included, ``g`` doubled).
-        recurrent: ``[D, H, 4H]`` float32 or bfloat16 (then the product is bfloat16, summed in float32).
-        out: ``[T, D, N, H]`` float32, filled with the hidden states and returned.
+        table: ``[R, 4H]`` float32 input pre-activations (bias included, ``g`` rows doubled).
+        index: ``[T, D, N]`` the row of ``table`` for each step, direction and sequence.
+        recurrent: ``[D, H, 4H]`` float32, or bfloat16 (then the product is rounded to bfloat16
+            and summed in float32).
+
+    Returns:
+        ``[T, D, N, H]`` float32 hidden states.
     """
-    steps, directions, batch, width = gates_in.shape
-    gates = gates_in.new_empty(directions, batch, width)
-    cell = gates_in.new_zeros(directions, batch, width // 4)
+    steps, directions, batch = index.shape
+    width = table.shape[-1]
+    out = table.new_empty(steps, directions, batch, width // 4)
+    gates = table.new_empty(directions, batch, width)
+    cell = table.new_zeros(directions, batch, width // 4)
     squashed = torch.empty_like(cell)
-    low = recurrent.dtype != gates_in.dtype
+    low = recurrent.dtype != table.dtype
     for t in range(steps):
-        if t == 0:
-            gates.copy_(gates_in[0])
-        elif low:
-            torch.add(gates_in[t], torch.bmm(out[t - 1].to(recurrent.dtype), recurrent), out=gates)
-        else:
-            torch.baddbmm(gates_in[t], out[t - 1], recurrent, out=gates)
+        # gathered step by step: the rows are used while they are in the cache
+        torch.index_select(table, 0, index[t].view(-1), out=gates.view(-1, width))
+        if t > 0 and low:
+            gates.add_(torch.bmm(out[t - 1].to(recurrent.dtype), recurrent))
+        elif t > 0:
+            gates.baddbmm_(out[t - 1], recurrent)
         gates.sigmoid_()
         i, f, g, o = gates.chunk(4, dim=-1)  # g holds sigmoid(2 z_g): tanh(z_g) = 2 g - 1
         cell.mul_(f).addcmul_(i, g, value=2.0).sub_(i)
         torch.mul(cell, 2.0, out=squashed).sigmoid_()
-        hidden = out[t]
-        torch.mul(o, squashed, out=hidden).mul_(2.0).sub_(o)  # o * tanh(cell)
+        torch.mul(o, squashed, out=out[t]).mul_(2.0).sub_(o)  # o * tanh(cell)
     return out
 
 
@@ -144,22 +149,18 @@ def run_stacked(
     batch, width = rows.shape
     reverse = reverse_positions(lengths, width)
     # where each (n, t, d) output lives in the time-major [T, D, N, H] output: read back in order
-    positions = torch.arange(width, device=rows.device).expand(batch, width)
+    positions = torch.arange(width).expand(batch, width)
     back = [positions, reverse][:directions]
     out_rows = torch.stack([(p * directions + d) * batch for d, p in enumerate(back)], dim=-1)
-    out_rows = out_rows + torch.arange(batch, device=rows.device).view(-1, 1, 1)  # [N, T, D]
-    table = first_gates.view(-1, 4 * hidden)
-    index = time_major_rows(rows, reverse, directions)
-    layer_out = first_gates.new_empty(0)
+    out_rows = (out_rows + torch.arange(batch).view(-1, 1, 1)).view(-1)  # [N * T * D]
+    table, index = first_gates.view(-1, 4 * hidden), time_major_rows(rows, reverse, directions)
+    layer_out = first_gates.new_empty(batch, width, directions * hidden)
     for layer in range(len(lstm.layers)):
-        gates_in = table.index_select(0, index.view(-1)).view(width, directions, batch, 4 * hidden)
-        out = first_gates.new_empty(width, directions, batch, hidden)
-        run_recurrence(gates_in, lstm.recurrent(layer, precision), out)
-        layer_out = out.view(-1, hidden).index_select(0, out_rows.view(-1)).view(batch, width, directions * hidden)
+        out = run_recurrence(table, index, lstm.recurrent(layer, precision))
+        layer_out = out.view(-1, hidden).index_select(0, out_rows).view(batch, width, directions * hidden)
         if layer + 1 < len(lstm.layers):
-            table = lstm.project(layer + 1, layer_out.reshape(batch * width, -1)).view(-1, 4 * hidden)
-            index = time_major_rows(torch.arange(batch * width, device=rows.device).view(batch, width),
-                                    reverse, directions)
+            table = lstm.project(layer + 1, layer_out.view(batch * width, -1)).view(-1, 4 * hidden)
+            index = time_major_rows(torch.arange(batch * width).view(batch, width), reverse, directions)
     return layer_out
 
 

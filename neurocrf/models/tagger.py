@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from neurocrf.conventions import OUTSIDE
 from neurocrf.encoders import build_encoder
 from neurocrf.inference.batching import DEFAULT_WINDOW, plan_batches, windows
+from neurocrf.inference.collector import frozen_heap
 from neurocrf.models.checkpoints import TAGGER, Checkpointed
 from neurocrf.models.distributed import ProcessGroupTeardown
 from neurocrf.models.full_batch import FullBatchTraining
@@ -296,10 +297,10 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         ...     print(prediction.tags)
         """
         tokenised = (s.split() if isinstance(s, str) else list(s) for s in sentences)
-        for chunk in windows(tokenised, window):
-            results = self.predict_window(chunk, batch_size, max_tokens, nbest=nbest, precision=precision,
-                                          confidences=confidences)
-            yield from results
+        with frozen_heap():
+            for chunk in windows(tokenised, window):
+                yield from self.predict_window(chunk, batch_size, max_tokens, nbest=nbest, precision=precision,
+                                               confidences=confidences)
 
     def predict_window(
         self, tokens: list[list[str]], batch_size: int, max_tokens: int | None = None, **options: Any
