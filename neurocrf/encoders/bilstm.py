@@ -257,8 +257,7 @@ class BiLSTMEncoder(Encoder):
         stacked, cache = predictor
         table, rows = cache.rows(tokens, lambda words: stacked.project(0, self._word_inputs(words)))
         lengths = torch.tensor([len(words) for words in tokens])
-        hidden = run_stacked(stacked, table, rows, lengths, precision)  # [B, T, output_dim]
-        return hidden.masked_fill_(~sentence_mask(tokens).unsqueeze(-1), 0.0)
+        return run_stacked(stacked, table, rows, lengths, precision)  # [B, T, output_dim], padding 0
 
     def _word_inputs(self, words: list[str]) -> Tensor:
         """The LSTM's input vectors ``[n, input_dim]`` of ``words`` (eval mode: no dropout)."""

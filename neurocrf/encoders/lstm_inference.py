@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import torch
 from torch import Tensor, nn
@@ -112,13 +113,17 @@ def run_recurrence(table: Tensor, index: Tensor, recurrent: Tensor) -> Tensor:
             and summed in float32).
 
     Returns:
-        ``[T, D, N, H]`` float32 hidden states.
+        ``[T * D * N + 1, H]`` float32: the hidden states (``[T, D, N, H]`` flattened), then a
+        row of zeros.
     """
     steps, directions, batch = index.shape
     width = table.shape[-1]
-    out = table.new_empty(steps, directions, batch, width // 4)
+    # one more row, of zeros, after the states: where padding positions read their output
+    flat = table.new_empty(steps * directions * batch + 1, width // 4)
+    flat[-1] = 0.0
+    out = flat[:-1].view(steps, directions, batch, width // 4)
     gates = table.new_empty(directions, batch, width)
-    cell = table.new_zeros(directions, batch, width // 4)
+    cell = table.new_zeros(directions, batch, width // 4)  # twice the cell state: tanh(c) = 2 sigmoid(2c) - 1
     squashed = torch.empty_like(cell)
     low = recurrent.dtype != table.dtype
     for t in range(steps):
@@ -130,10 +135,10 @@ def run_recurrence(table: Tensor, index: Tensor, recurrent: Tensor) -> Tensor:
             gates.baddbmm_(out[t - 1], recurrent)
         gates.sigmoid_()
         i, f, g, o = gates.chunk(4, dim=-1)  # g holds sigmoid(2 z_g): tanh(z_g) = 2 g - 1
-        cell.mul_(f).addcmul_(i, g, value=2.0).sub_(i)
-        torch.mul(cell, 2.0, out=squashed).sigmoid_()
-        torch.mul(o, squashed, out=out[t]).mul_(2.0).sub_(o)  # o * tanh(cell)
-    return out
+        cell.mul_(f).addcmul_(i, g, value=4.0).sub_(i, alpha=2.0)  # 2c' = f 2c + 2 i (2g - 1)
+        torch.sigmoid(cell, out=squashed)
+        torch.mul(o, squashed, out=out[t]).mul_(2.0).sub_(o)  # o * tanh(c')
+    return flat
 
 
 def run_stacked(
@@ -141,23 +146,23 @@ def run_stacked(
 ) -> Tensor:
     """Every layer and direction of ``lstm`` over a batch whose first-layer gate pre-activations
     are rows of ``first_gates`` ``[R, D * 4H]`` (``rows`` ``[N, T]`` picks a word's row; padding
-    positions may pick any row). Returns ``[N, T, D * H]`` (positions past a row's length are
-    unspecified; callers mask them)."""
+    positions may pick any row). Returns ``[N, T, D * H]``, zeros past each row's length."""
     if precision not in RECURRENT_PRECISIONS:
         raise ValueError(f"precision must be one of {RECURRENT_PRECISIONS}, got {precision!r}")
     directions, hidden = lstm.directions, lstm.hidden
     batch, width = rows.shape
     reverse = reverse_positions(lengths, width)
-    # where each (n, t, d) output lives in the time-major [T, D, N, H] output: read back in order
+    # where each (n, t, d) output lives in the time-major [T, D, N, H] output (padding: the zero row)
     positions = torch.arange(width).expand(batch, width)
     back = [positions, reverse][:directions]
     out_rows = torch.stack([(p * directions + d) * batch for d, p in enumerate(back)], dim=-1)
-    out_rows = (out_rows + torch.arange(batch).view(-1, 1, 1)).view(-1)  # [N * T * D]
+    out_rows = out_rows + torch.arange(batch).view(-1, 1, 1)  # [N, T, D]
+    out_rows = out_rows.masked_fill_((positions >= lengths.unsqueeze(1)).unsqueeze(-1), width * directions * batch)
     table, index = first_gates.view(-1, 4 * hidden), time_major_rows(rows, reverse, directions)
     layer_out = first_gates.new_empty(batch, width, directions * hidden)
     for layer in range(len(lstm.layers)):
-        out = run_recurrence(table, index, lstm.recurrent(layer, precision))
-        layer_out = out.view(-1, hidden).index_select(0, out_rows).view(batch, width, directions * hidden)
+        states = run_recurrence(table, index, lstm.recurrent(layer, precision))
+        layer_out = states.index_select(0, out_rows.view(-1)).view(batch, width, directions * hidden)
         if layer + 1 < len(lstm.layers):
             table = lstm.project(layer + 1, layer_out.view(batch * width, -1)).view(-1, 4 * hidden)
             index = time_major_rows(torch.arange(batch * width).view(batch, width), reverse, directions)
@@ -204,7 +209,7 @@ class GateCache:
         ``compute``: words -> their ``[n, width]`` rows. A batch of more distinct words than the
         capacity gets a table of its own."""
         slots = self.slots
-        distinct = list(dict.fromkeys(w for sentence in tokens for w in sentence))
+        distinct = list(dict.fromkeys(chain.from_iterable(tokens)))
         if len(distinct) > self.capacity:
             return compute(distinct), _pad_rows(tokens, {w: i for i, w in enumerate(distinct)})
         self.clock += 1
@@ -241,5 +246,9 @@ class GateCache:
 
 def _pad_rows(tokens: Sequence[Sequence[str]], slots: dict[str, int]) -> Tensor:
     """``[N, T]`` long: ``slots[word]`` at real positions, 0 at padding."""
-    width = max((len(s) for s in tokens), default=0)
-    return torch.tensor([[slots[w] for w in s] + [0] * (width - len(s)) for s in tokens], dtype=torch.long)
+    lengths = torch.tensor([len(sentence) for sentence in tokens], dtype=torch.long)
+    width = int(lengths.max()) if len(tokens) else 0
+    rows = torch.zeros(len(tokens), width, dtype=torch.long)
+    rows[torch.arange(width) < lengths.unsqueeze(1)] = torch.tensor(
+        list(map(slots.__getitem__, chain.from_iterable(tokens))), dtype=torch.long)
+    return rows
