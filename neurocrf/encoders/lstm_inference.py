@@ -30,6 +30,9 @@ GATE_CACHE_BYTES = 64 * 2**20
 
 RECURRENT_PRECISIONS = ("32", "bf16")
 
+CHUNK = 64
+"""New words go through the embedding, the character encoder and the projection this many at a time."""
+
 
 @dataclass
 class StackedLSTM:
@@ -211,7 +214,7 @@ class GateCache:
         slots = self.slots
         distinct = list(dict.fromkeys(chain.from_iterable(tokens)))
         if len(distinct) > self.capacity:
-            return compute(distinct), _pad_rows(tokens, {w: i for i, w in enumerate(distinct)})
+            return in_chunks(compute, distinct), _pad_rows(tokens, {w: i for i, w in enumerate(distinct)})
         self.clock += 1
         used = [slots[w] for w in distinct if w in slots]
         if used:
@@ -224,7 +227,7 @@ class GateCache:
                 self._evict(len(missing))
             new = [self.free.pop() for _ in missing]
             index = torch.tensor(new)
-            self.table[index] = compute(missing).to(self.table.dtype)
+            self.table[index] = in_chunks(compute, missing).to(self.table.dtype)
             self.last_used[index] = self.clock
             for word, slot in zip(missing, new):
                 slots[word] = slot
@@ -242,6 +245,22 @@ class GateCache:
                 del self.slots[word]
                 self.words[slot] = None
                 self.free.append(slot)
+
+
+def in_chunks(compute: Callable[[list[str]], Tensor], words: list[str], size: int = CHUNK) -> Tensor:
+    """``compute(words)`` ``[n, width]`` in calls of exactly ``size`` words (the last call filled
+    up with repeats of its first word), so that a word's row has the same bits whatever other
+    words were new with it: BLAS and oneDNN choose other kernels (other summation orders) for
+    other shapes, and predictions must not depend on what the cache saw before.
+
+    >>> in_chunks(lambda words: torch.tensor([[len(words)]] * len(words)), ["a", "b", "c"], size=2).tolist()
+    [[2], [2], [2]]
+    """
+    parts = []
+    for start in range(0, len(words), size):
+        chunk = words[start:start + size]
+        parts.append(compute(chunk + [chunk[0]] * (size - len(chunk)))[: len(chunk)])
+    return torch.cat(parts)
 
 
 def _pad_rows(tokens: Sequence[Sequence[str]], slots: dict[str, int]) -> Tensor:
