@@ -289,9 +289,11 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         padded tokens).
 
         ``nbest > 0`` also gives the n most probable tag sequences; ``confidences=False`` skips
-        the token and span confidences (Viterbi tags only, faster). ``precision="bf16"`` runs
-        the encoder under bfloat16 autocast (about twice as fast on CPUs with AVX512-BF16 or AMX
-        and on GPUs; the CRF still computes in float32 or float64).
+        the token and span confidences (Viterbi tags only, faster). ``precision="bf16"`` (an
+        explicit choice; tags can differ from float32 ones) runs the encoder's matrix products in
+        bfloat16: under autocast, or for the BiLSTM on CPU only the recurrent product, states and
+        gates in float32 (:mod:`neurocrf.encoders.lstm_inference`); faster on CPUs with
+        AVX512-BF16 or AMX and on GPUs; the CRF still computes in float32 or float64.
 
         >>> for prediction in tagger.predict_iter(open("corpus.txt"), max_tokens=4096):  # doctest: +SKIP
         ...     print(prediction.tags)
