@@ -3,8 +3,10 @@ the word cache bounded and refreshed when the weights change, bf16 as an explici
 
 from __future__ import annotations
 
+import copy
 import gc
 import io
+import pickle
 
 import pytest
 import torch
@@ -126,6 +128,20 @@ def test_changed_weights_are_seen() -> None:
     after = torch.inference_mode()(encoder.encode)(BATCH)
     torch.testing.assert_close(after, _reference(other, BATCH), atol=2e-6, rtol=1e-5)
     assert not torch.allclose(before, after)
+
+
+def test_copies_and_pickles_leave_the_cache_behind() -> None:
+    encoder = _encoder()
+    with torch.inference_mode():
+        expected = encoder.encode(BATCH)
+    assert encoder._predictor is not None
+    buffer = io.BytesIO()
+    torch.save(encoder, buffer)
+    for twin in (copy.deepcopy(encoder), pickle.loads(pickle.dumps(encoder))):
+        assert twin._predictor is None and encoder._predictor is not None
+        with torch.inference_mode():
+            assert torch.equal(twin.encode(BATCH), expected)
+    assert len(buffer.getvalue()) < 64 * 1024
 
 
 def test_training_mode_and_float64_run_forward() -> None:

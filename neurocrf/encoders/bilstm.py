@@ -267,6 +267,11 @@ class BiLSTMEncoder(Encoder):
             return vectors
         return torch.cat([vectors, self.char_encoder(inputs["chars"][0])], dim=-1)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(super().__getstate__())
+        state["_predictor"] = None  # copies and pickles leave the cache (up to 64 MiB) behind
+        return state
+
     def _prediction_path(self) -> tuple[StackedLSTM, GateCache] | None:
         """The stacked weights and the word cache, rebuilt whenever a parameter changes (an
         optimizer step, ``load_state_dict``); None where :meth:`forward` must run instead."""
