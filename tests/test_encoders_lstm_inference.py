@@ -56,7 +56,8 @@ def test_run_stacked_equals_nn_lstm(bidirectional: bool, layers: int) -> None:
 
 
 @pytest.mark.parametrize("char", ["cnn", "lstm", None])
-@pytest.mark.parametrize("options", [{}, {"lowercase": True}, {"num_layers": 2}])
+@pytest.mark.parametrize("options", [{}, {"lowercase": True}, {"num_layers": 2},
+                                     {"num_layers": 2, "bidirectional": False}])
 def test_encode_equals_forward(char: str | None, options: dict) -> None:
     encoder = _encoder(char=char, **options)
     expected = _reference(encoder, BATCH)
@@ -64,6 +65,14 @@ def test_encode_equals_forward(char: str | None, options: dict) -> None:
         first, again = encoder.encode(BATCH), encoder.encode(BATCH)  # the second from the cache
     torch.testing.assert_close(first, expected, atol=2e-6, rtol=1e-5)
     assert torch.equal(first, again)
+
+
+@pytest.mark.parametrize("tokens", [[], [[]], [[], ["a"]], [["w%d" % (i % 50) for i in range(600)]]])
+def test_empty_and_long_batches(tokens: list[list[str]]) -> None:
+    encoder = _encoder()
+    assert encoder._prediction_path() is not None
+    with torch.inference_mode():
+        torch.testing.assert_close(encoder.encode(tokens), _reference(encoder, tokens), atol=2e-6, rtol=1e-5)
 
 
 def test_each_word_goes_through_embedding_and_char_encoder_once() -> None:

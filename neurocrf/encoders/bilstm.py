@@ -256,7 +256,7 @@ class BiLSTMEncoder(Encoder):
             return super().encode(tokens, precision)
         stacked, cache = predictor
         table, rows = cache.rows(tokens, lambda words: stacked.project(0, self._word_inputs(words)))
-        lengths = torch.tensor([len(words) for words in tokens])
+        lengths = torch.tensor([len(words) for words in tokens], dtype=torch.long)
         return run_stacked(stacked, table, rows, lengths, precision)  # [B, T, output_dim], padding 0
 
     def _word_inputs(self, words: list[str]) -> Tensor:
