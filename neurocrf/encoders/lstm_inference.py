@@ -25,6 +25,8 @@ from itertools import chain
 import torch
 from torch import Tensor, nn
 
+from neurocrf.encoders.chars import reverse_positions
+
 GATE_CACHE_BYTES = 64 * 2**20
 """Memory for cached gate pre-activations (64 MiB: 10,485 words for a 2 x 200 BiLSTM)."""
 
@@ -82,18 +84,6 @@ def _direction_weights(lstm: nn.LSTM, layer: int, suffix: str) -> tuple[Tensor, 
     if not lstm.bias:
         return w_ih, w_hh, w_ih.new_zeros(w_ih.shape[0])
     return w_ih, w_hh, getattr(lstm, f"bias_ih_l{layer}{suffix}") + getattr(lstm, f"bias_hh_l{layer}{suffix}")
-
-
-def reverse_positions(lengths: Tensor, width: int) -> Tensor:
-    """``[N, T]``: position ``t`` of the row read backwards within its length (``length - 1 - t``),
-    padding positions mapped to themselves (the backward direction reads the real words first).
-
-    >>> reverse_positions(torch.tensor([3, 1]), 3).tolist()
-    [[2, 1, 0], [0, 1, 2]]
-    """
-    positions = torch.arange(width, device=lengths.device)
-    column = lengths.unsqueeze(1)
-    return torch.where(positions < column, column - 1 - positions, positions)
 
 
 def time_major_rows(rows: Tensor, reverse: Tensor, directions: int) -> Tensor:
