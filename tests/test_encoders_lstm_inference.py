@@ -137,6 +137,10 @@ def test_changed_weights_are_seen() -> None:
     after = torch.inference_mode()(encoder.encode)(BATCH)
     torch.testing.assert_close(after, _reference(other, BATCH), atol=2e-6, rtol=1e-5)
     assert not torch.allclose(before, after)
+    encoder.lstm.weight_ih_l0.data.mul_(0.5)  # .data bypasses the version counters: reset by hand
+    encoder.reset_prediction_cache()
+    torch.testing.assert_close(torch.inference_mode()(encoder.encode)(BATCH), _reference(encoder, BATCH),
+                               atol=2e-6, rtol=1e-5)
 
 
 def test_copies_and_pickles_leave_the_cache_behind() -> None:

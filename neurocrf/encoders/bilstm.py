@@ -272,9 +272,16 @@ class BiLSTMEncoder(Encoder):
         state["_predictor"] = None  # copies and pickles leave the cache (up to 64 MiB) behind
         return state
 
+    def reset_prediction_cache(self) -> None:
+        """Forget the prediction path's stacked weights and cached words. Needed only after
+        changing weights through ``.data`` (which bypasses the version counters that
+        :meth:`encode` checks: optimizer steps, ``load_state_dict`` and in-place edits are seen)."""
+        self._predictor = None
+
     def _prediction_path(self) -> tuple[StackedLSTM, GateCache] | None:
         """The stacked weights and the word cache, rebuilt whenever a parameter changes (an
-        optimizer step, ``load_state_dict``); None where :meth:`forward` must run instead."""
+        optimizer step, ``load_state_dict``, an in-place edit: their version counters or storage
+        change); None where :meth:`forward` must run instead."""
         weight = self.embedding.weight
         if self.training or weight.device.type != "cpu" or weight.dtype != torch.float32:
             return None
