@@ -250,7 +250,8 @@ class BiLSTMEncoder(Encoder):
         """Prediction on CPU (eval mode, float32 weights): the first layer's input projection of
         each word from a bounded cache, the recurrence of both directions batched
         (:mod:`neurocrf.encoders.lstm_inference`); ``precision="bf16"`` runs the recurrent product
-        in bfloat16. Elsewhere (training, GPU: cuDNN, other dtypes) :meth:`forward`."""
+        in bfloat16. Elsewhere (training, GPU: cuDNN, other dtypes, weights made under
+        ``torch.inference_mode``, which carry no version counter) :meth:`forward`."""
         predictor = self._prediction_path()
         if predictor is None:
             return super().encode(tokens, precision)
