@@ -15,6 +15,7 @@ the waits for a core; with one thread, CPU time is what the run would take on a 
     python scripts/bench_predict.py --ckpt ... --sizes 10000 --threads 2 --confidence
     python scripts/bench_predict.py --ckpt ... --sizes 10000 --profile      # where the time goes
     python scripts/bench_predict.py --train-sample logs/bench_model         # make the sample model
+    python scripts/bench_predict.py --ckpt ... --text dev.txt --precision bf16  # a text file of your own
 
 Prints one JSON line per run and a markdown table (docs/benchmarks.md).
 """
@@ -71,7 +72,7 @@ def child(args: argparse.Namespace) -> None:
 
         profiler = cProfile.Profile()
         summary = profiler.runcall(job.run, model, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                                   progress=False)
+                                   precision=args.precision, progress=False)
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(35)
     else:
         summary = job.run(model, batch_size=args.batch_size, max_tokens=args.max_tokens, precision=args.precision,
@@ -95,6 +96,8 @@ def main() -> None:
     parser.add_argument("--ckpt", help="a tagger checkpoint")
     parser.add_argument("--train-sample", metavar="DIR", help="train the BiLSTM-char sample model (1 epoch) into DIR")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
+    parser.add_argument("--text", type=Path, nargs="+", metavar="FILE",
+                        help="text files (a whitespace-tokenised sentence per line) instead of --sizes")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--confidence", action="store_true", help="token and span confidences (marginals) too")
     parser.add_argument("--format", default="conll", choices=["conll", "jsonl"], help="jsonl implies confidences")
@@ -128,16 +131,16 @@ def main() -> None:
                  *(["--max-tokens", str(args.max_tokens)] if args.max_tokens else []),
                  *(["--profile"] if args.profile else [])]
     records: list[dict[str, Any]] = []
-    for size in args.sizes:
-        source = write_input(args.cache / f"sample_{size}.txt", size)
-        output = args.cache / f"out_{size}_{os.getpid()}.{args.format}"
+    sources = args.text or [write_input(args.cache / f"sample_{size}.txt", size) for size in args.sizes]
+    for source in sources:
+        output = args.cache / f"out_{source.stem}_{os.getpid()}.{args.format}"
         done = subprocess.run([sys.executable, __file__, "--child", "--input", str(source), "--output", str(output),
                                *forwarded], env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            sys.exit(f"run of {size} sentences failed:\n{done.stderr[-4000:]}")
+            sys.exit(f"run on {source} failed:\n{done.stderr[-4000:]}")
         if args.profile:
             print(done.stderr, file=sys.stderr)
-        record = json.loads(done.stdout.strip().splitlines()[-1])
+        record = {**json.loads(done.stdout.strip().splitlines()[-1]), "input": source.name}
         records.append(record)
         print(json.dumps(record), flush=True)
     print(f"\n{platform.processor() or platform.machine()}, torch threads {args.threads},"

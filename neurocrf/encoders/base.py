@@ -46,6 +46,16 @@ class Encoder(nn.Module):
         """Return ``[batch, seq_len, output_dim]``; ``seq_len`` = longest sentence of the batch."""
         raise NotImplementedError
 
+    def encode(self, tokens: list[list[str]], precision: str = "32") -> Tensor:
+        """Prediction: ``[batch, seq_len, output_dim]`` for a batch of non-empty sentences, in the
+        weights' dtype (:meth:`prepare` then :meth:`forward`; ``precision="bf16"``: under bfloat16
+        autocast, the result widened to float32). Encoders with a faster prediction path override it."""
+        device = self._device()
+        inputs = {key: value.to(device) for key, value in self.prepare(tokens).items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            out = self(inputs)
+        return out.float() if out.dtype == torch.bfloat16 else out
+
     def _to_device(self, inputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
         # A no-op when Lightning already moved the batch; convenient for direct use (predict, tests).
         device = self._device()

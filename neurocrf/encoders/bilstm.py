@@ -32,6 +32,7 @@ from neurocrf.encoders.base import (
     with_defaults,
 )
 from neurocrf.encoders.chars import CACHED_WORDS, CHAR_KINDS, Dropout, build_char_encoder, char_ids, run_lstm
+from neurocrf.encoders.lstm_inference import GATE_CACHE_BYTES, GateCache, StackedLSTM, run_stacked
 from neurocrf.encoders.vectors import load_vectors, match_rows
 
 log = logging.getLogger(__name__)
@@ -216,6 +217,8 @@ class BiLSTMEncoder(Encoder):
         self.output_dim = options["hidden_size"] * (2 if options["bidirectional"] else 1)
         self.emits_scores = False
         self.embedding.weight.requires_grad_(not options["freeze_embeddings"])
+        self.gate_cache_bytes = GATE_CACHE_BYTES  # memory of the prediction path's word cache
+        self._predictor: tuple[tuple[int, ...], StackedLSTM, GateCache] | None = None
 
     def init_embeddings(self, staged: tuple[Tensor, Tensor, float] | None) -> None:
         """Random rows with the pretrained spread; staged pretrained rows copied in; padding 0."""
@@ -242,6 +245,57 @@ class BiLSTMEncoder(Encoder):
         x = self.dropout(x)
         out = run_lstm(self.lstm, x, mask.sum(dim=1))  # [B, T, output_dim], padding not yet 0
         return self.dropout(out) * mask.unsqueeze(-1)
+
+    def encode(self, tokens: list[list[str]], precision: str = "32") -> Tensor:
+        """Prediction on CPU (eval mode, float32 weights): the first layer's input projection of
+        each word from a bounded cache, the recurrence of both directions batched
+        (:mod:`neurocrf.encoders.lstm_inference`); ``precision="bf16"`` runs the recurrent product
+        in bfloat16. Elsewhere (training, GPU: cuDNN, other dtypes, weights made under
+        ``torch.inference_mode``, which carry no version counter) :meth:`forward`."""
+        predictor = self._prediction_path()
+        if predictor is None:
+            return super().encode(tokens, precision)
+        stacked, cache = predictor
+        table, rows = cache.rows(tokens, lambda words: stacked.project(0, self._word_inputs(words)))
+        lengths = torch.tensor([len(words) for words in tokens], dtype=torch.long)
+        return run_stacked(stacked, table, rows, lengths, precision)  # [B, T, output_dim], padding 0
+
+    def _word_inputs(self, words: list[str]) -> Tensor:
+        """The LSTM's input vectors ``[n, input_dim]`` of ``words`` (eval mode: no dropout)."""
+        inputs = self.preparer([words])
+        vectors = self.embedding(inputs["words"][0])
+        if self.char_encoder is None:
+            return vectors
+        return torch.cat([vectors, self.char_encoder(inputs["chars"][0])], dim=-1)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(super().__getstate__())
+        state["_predictor"] = None  # copies and pickles leave the cache (up to 64 MiB) behind
+        return state
+
+    def reset_prediction_cache(self) -> None:
+        """Forget the prediction path's stacked weights and cached words. Needed only after
+        changing weights through ``.data`` (which bypasses the version counters that
+        :meth:`encode` checks: optimizer steps, ``load_state_dict`` and in-place edits are seen)."""
+        self._predictor = None
+
+    def _prediction_path(self) -> tuple[StackedLSTM, GateCache] | None:
+        """The stacked weights and the word cache, rebuilt whenever a parameter changes (an
+        optimizer step, ``load_state_dict``, an in-place edit: their version counters or storage
+        change); None where :meth:`forward` must run instead."""
+        weight = self.embedding.weight
+        if self.training or weight.device.type != "cpu" or weight.dtype != torch.float32:
+            return None
+        try:
+            key = tuple(v for p in self.parameters() for v in (p.data_ptr(), p._version))
+        except RuntimeError:  # inference tensors carry no version: changes could not be seen
+            return None
+        if self._predictor is None or self._predictor[0] != key:
+            stacked = StackedLSTM.of(self.lstm)
+            width = stacked.directions * 4 * stacked.hidden
+            cache = GateCache(width, max(1, self.gate_cache_bytes // (4 * width)))
+            self._predictor = (key, stacked, cache)
+        return self._predictor[1:]
 
     def _char_features(self, chars: Tensor, mask: Tensor) -> Tensor:
         """``[B, T, C]`` char ids -> ``[B, T, char_dim_out]``, computed for real words only."""

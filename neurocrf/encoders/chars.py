@@ -73,11 +73,7 @@ def run_lstm(lstm: nn.LSTM, inputs: Tensor, lengths: Tensor) -> Tensor:
         packed = pack_padded_sequence(inputs, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
         out, _ = lstm(packed)
         return pad_packed_sequence(out, batch_first=True, total_length=width)[0]
-    reverse = None
-    if lstm.bidirectional:
-        positions = torch.arange(inputs.shape[1], device=inputs.device)
-        column = lengths.to(inputs.device).unsqueeze(1)
-        reverse = torch.where(positions < column, column - 1 - positions, positions)  # [N, T]
+    reverse = reverse_positions(lengths.to(inputs.device), inputs.shape[1]) if lstm.bidirectional else None
     layer_input = inputs
     for layer in range(lstm.num_layers):
         if layer > 0 and lstm.dropout > 0 and lstm.training:
@@ -88,6 +84,18 @@ def run_lstm(lstm: nn.LSTM, inputs: Tensor, lengths: Tensor) -> Tensor:
             output = torch.cat([output, _flip(backward, reverse)], dim=-1)
         layer_input = output
     return layer_input
+
+
+def reverse_positions(lengths: Tensor, width: int) -> Tensor:
+    """``[N, T]``: position ``t`` of the row read backwards within its length (``length - 1 - t``),
+    padding positions mapped to themselves (the backward direction reads the real words first).
+
+    >>> reverse_positions(torch.tensor([3, 1]), 3).tolist()
+    [[2, 1, 0], [0, 1, 2]]
+    """
+    positions = torch.arange(width, device=lengths.device)
+    column = lengths.unsqueeze(1)
+    return torch.where(positions < column, column - 1 - positions, positions)
 
 
 def dropout(values: Tensor, p: float, training: bool) -> Tensor:

@@ -20,6 +20,7 @@ from neurocrf.data.conll import ConllFormatError, Sentence, check_writable
 from neurocrf.data.inputs import InputReader
 from neurocrf.data.schemes import check_scheme
 from neurocrf.inference.batching import DEFAULT_WINDOW, windows
+from neurocrf.inference.collector import frozen_heap
 from neurocrf.inference.output import AtomicOutput, check_output_path, sigterm_raises
 from neurocrf.inference.progress import Progress
 from neurocrf.inference.writers import OUTPUT_FORMATS, Writer, make_writer
@@ -116,7 +117,8 @@ class FilePrediction:
         columns = model.token_columns if token_columns is None else list(token_columns)
         options = {"nbest": self.nbest, "precision": precision, "confidences": self.confidences}
         start = time.perf_counter()
-        with sigterm_raises(), AtomicOutput(self.output) as out, Progress(self.input.source.size, progress) as bar:
+        with (sigterm_raises(), frozen_heap(), AtomicOutput(self.output) as out,
+              Progress(self.input.source.size, progress) as bar):
             writer = self.writer(out.handle)
             try:
                 for window in windows(self.sentences(), self.window):

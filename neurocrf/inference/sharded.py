@@ -49,6 +49,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from neurocrf.data.conll import atomic_write_text
 from neurocrf.data.streams import STDIN
 from neurocrf.inference.batching import plan_batches, windows
+from neurocrf.inference.collector import frozen_heap
 from neurocrf.inference.output import AtomicOutput, sigterm_raises
 from neurocrf.inference.progress import Progress
 from neurocrf.inference.ranks import JOB_FILE, SHARED_WAIT_S, agree_on_folder, agree_on_job, gather, read_token
@@ -346,7 +347,7 @@ def predict_sharded(
     config.update(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
     trainer = pl.Trainer(callbacks=[writer], **config)
     stream = ShardStream(job.spec, key, batch_size, max_tokens, columns)
-    with warnings.catch_warnings():  # the stream has no sampler: the writer needs no batch indices
+    with warnings.catch_warnings(), frozen_heap():  # the stream has no sampler: the writer needs no batch indices
         warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
         trainer.predict(model, dataloaders=DataLoader(stream, batch_size=None, collate_fn=_batch),
                         return_predictions=False)

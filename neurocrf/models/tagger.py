@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from neurocrf.conventions import OUTSIDE
 from neurocrf.encoders import build_encoder
 from neurocrf.inference.batching import DEFAULT_WINDOW, plan_batches, windows
+from neurocrf.inference.collector import frozen_heap
 from neurocrf.models.checkpoints import TAGGER, Checkpointed
 from neurocrf.models.distributed import ProcessGroupTeardown
 from neurocrf.models.full_batch import FullBatchTraining
@@ -142,8 +143,10 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         return self.projection(self.dropout(hidden))
 
     def _emissions(self, batch: dict[str, Any]) -> Tensor:
-        emissions = self(batch["inputs"])
-        mask = batch["mask"]
+        return self._checked(self(batch["inputs"]), batch["mask"])
+
+    @staticmethod
+    def _checked(emissions: Tensor, mask: Tensor) -> Tensor:
         if emissions.shape[:2] != mask.shape:
             raise ValueError(
                 f"encoder output {tuple(emissions.shape)} does not match the batch mask"
@@ -286,18 +289,20 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         padded tokens).
 
         ``nbest > 0`` also gives the n most probable tag sequences; ``confidences=False`` skips
-        the token and span confidences (Viterbi tags only, faster). ``precision="bf16"`` runs
-        the encoder under bfloat16 autocast (about twice as fast on CPUs with AVX512-BF16 or AMX
-        and on GPUs; the CRF still computes in float32 or float64).
+        the token and span confidences (Viterbi tags only, faster). ``precision="bf16"`` (an
+        explicit choice; tags can differ from float32 ones) runs the encoder's matrix products in
+        bfloat16: under autocast, or for the BiLSTM on CPU only the recurrent product, states and
+        gates in float32 (:mod:`neurocrf.encoders.lstm_inference`); faster on CPUs with
+        AVX512-BF16 or AMX and on GPUs; the CRF still computes in float32 or float64.
 
         >>> for prediction in tagger.predict_iter(open("corpus.txt"), max_tokens=4096):  # doctest: +SKIP
         ...     print(prediction.tags)
         """
         tokenised = (s.split() if isinstance(s, str) else list(s) for s in sentences)
-        for chunk in windows(tokenised, window):
-            results = self.predict_window(chunk, batch_size, max_tokens, nbest=nbest, precision=precision,
-                                          confidences=confidences)
-            yield from results
+        with frozen_heap():
+            for chunk in windows(tokenised, window):
+                yield from self.predict_window(chunk, batch_size, max_tokens, nbest=nbest, precision=precision,
+                                               confidences=confidences)
 
     def predict_window(
         self, tokens: list[list[str]], batch_size: int, max_tokens: int | None = None, **options: Any
@@ -326,11 +331,9 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         if was_training:
             self.eval()
         try:
-            inputs = {key: value.to(self.device) for key, value in self.encoder.prepare(tokens).items()}
             lengths = torch.tensor([len(words) for words in tokens], device=self.device)
             mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                emissions = self._emissions({"inputs": inputs, "mask": mask})
+            emissions = self._checked(self.projection(self.dropout(self.encoder.encode(tokens, precision))), mask)
             return build_predictions(self.head, emissions, mask, tokens, self.tags, self.scheme, nbest=nbest,
                                      confidences=confidences)
         finally:
