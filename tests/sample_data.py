@@ -32,3 +32,14 @@ def tiny_tagger_checkpoint(tmp_path_factory: pytest.TempPathFactory, data_dir: P
     out = tmp_path_factory.mktemp("train")
     train(compose_task_config("train", out, TINY_TAGGER, data_dir))
     return out / "checkpoints" / "last.ckpt"
+
+
+def sample_test_text(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, empty_after: int, empty: int) -> Path:
+    """The sample test split as text, one sentence per line, with ``empty`` empty lines after its
+    first ``empty_after`` sentences (a window of empty sentences only among them)."""
+    from neurocrf.data.conll import read_conll
+
+    lines = [" ".join(s.tokens) for s in read_conll(data_dir / "sample" / "test.conll", tag_column=1)]
+    path = tmp_path_factory.mktemp("input") / "in.txt"
+    path.write_text("\n".join([*lines[:empty_after], *[""] * empty, *lines[empty_after:]]) + "\n", encoding="utf-8")
+    return path

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
-from sample_data import sample_data_dir, tiny_tagger_checkpoint
+from sample_data import sample_data_dir, sample_test_text, tiny_tagger_checkpoint
 
 from neurocrf.cli.predict import predict
 from neurocrf.cli.utils import compose_task_config
-from neurocrf.data.conll import read_conll
 from neurocrf.inference.sharded import shard_dir
 from neurocrf.models.tagger import Tagger
 
@@ -33,10 +32,7 @@ def ckpt(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def source(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Text with empty lines (a shard of empty sentences only among them)."""
-    lines = [" ".join(s.tokens) for s in read_conll(data_dir / "sample" / "test.conll", tag_column=1)]
-    path = tmp_path_factory.mktemp("input") / "in.txt"
-    path.write_text("\n".join([*lines[:16], *[""] * WINDOW, *lines[16:]]) + "\n", encoding="utf-8")
-    return path
+    return sample_test_text(tmp_path_factory, data_dir, empty_after=16, empty=WINDOW)
 
 
 def config(tmp_path: Path, overrides: list[str]) -> DictConfig:

@@ -356,16 +356,4 @@ def search_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointe
     pick = chosen.to(tl.int64)
     state = ((pick % (C * K)) // K) * NB + pick // (C * K)
     rank = pick % K
-    best = tl.where(n > 0, best, tl.where(r == 0, 0.0, NEG_INF))  # length 0: one empty path
-    tl.store(scores_ptr + row * K + r, best, mask=r < K)
-
-    tl.debug_barrier()  # the back-pointers of every thread of this program are written
-    found = base._both((best > NEG_INF) & (r < K), n > 0)
-    out = states_ptr + (row * K + r) * T
-    tl.store(out + n - 1, state, mask=found)
-    for i in range(1, n):
-        t = n - i
-        p = tl.load(pointer_ptr + ((row * T + t) * N + state) * K + rank, mask=found, other=0).to(tl.int64)
-        state = (p // K) * NB + state // C
-        rank = p % K
-        tl.store(out + t - 1, state, mask=found)
+    base._backtrace(pointer_ptr, states_ptr, scores_ptr, row, n, T, C, NB, K, r, best, state, rank)

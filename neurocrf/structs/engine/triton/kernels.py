@@ -320,9 +320,16 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
         best = tl.where(r == j, top, best)
         state = tl.where(r == j, ((pick % (C * K)) // K) * NB + pick // (C * K), state)
         rank = tl.where(r == j, pick % K, rank)
+    _backtrace(pointer_ptr, states_ptr, scores_ptr, row, n, T, C, NB, K, r, best, state, rank)
+
+
+@triton.jit
+def _backtrace(pointer_ptr, states_ptr, scores_ptr, row, n, T, C, NB, K, r, best, state, rank):
+    """Store the ranked final ``best [BK]`` scores and follow the back-pointers from the final
+    ``state`` and ``rank`` of each path back to the first position (flat states into ``states``)."""
     best = tl.where(n > 0, best, tl.where(r == 0, 0.0, NEG_INF))  # length 0: one empty path
     tl.store(scores_ptr + row * K + r, best, mask=r < K)
-
+    N = NB * C
     tl.debug_barrier()  # the back-pointers of every thread of this program are written
     found = _both((best > NEG_INF) & (r < K), n > 0)
     out = states_ptr + (row * K + r) * T
