@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak check of the multi-process paths (training, evaluation, sharded prediction): runs every DDP
+# Soak check of the multi-process paths (training, evaluation, sharded prediction on one or several nodes): runs every DDP
 # test of the suite N times (default 50), each time in a fresh pytest process, and prints
 # "N passed, M failed".
 #
@@ -12,8 +12,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-50}"
 log="${SOAK_LOG:-/dev/null}"
-tests=(tests/test_ddp.py tests/test_cli_train.py tests/test_inference_sharded.py)
-selection="ddp or process_group or two_processes"
+tests=(tests/test_ddp.py tests/test_cli_train.py tests/test_inference_sharded.py tests/test_inference_nodes.py)
+selection="ddp or process_group or two_processes or nodes"
 passed=0
 failed=0
 for ((i = 1; i <= runs; i++)); do
