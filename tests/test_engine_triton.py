@@ -189,19 +189,16 @@ SLOW_CHAINS = [(5, 1, False, torch.float64), (17, 1, False, torch.float32), (17,
                (3, 2, True, torch.float64)]
 
 
-@pytest.mark.parametrize("size,order,per_position,dtype",
-                         CHAINS + [pytest.param(*case, marks=pytest.mark.slow) for case in SLOW_CHAINS],
-                         ids=lambda v: str(v).replace("torch.", ""))
-def test_matches_torch_engine(size, order, per_position, dtype):
-    """Every quantity and every gradient equal to the torch engine's; search results identical."""
-    generator = torch.Generator().manual_seed(size * 10 + order)
-    *potentials, lengths = random_chain(4, 9, size, order, dtype, generator, per_position)
+def assert_same_as_torch(potentials, lengths, k: int, blocked: tuple[str, ...] = ()) -> torch.Tensor:
+    """log Z and its four gradients, marginals, Viterbi and the k best of the triton backend =
+    the torch engine's (paths, scores and ties identical), the ``blocked`` kernels (names of
+    :data:`~neurocrf.structs.engine.triton.runtime.BLOCKED`) among those run; returns the triton log Z."""
+    runtime.LAUNCHES.clear()
     log_z, grads = triton_gradients(potentials, lengths)
     ref_log_z, ref_grads = torch_gradients(potentials, lengths)
-    assert log_z.dtype == dtype
     torch.testing.assert_close(log_z, ref_log_z)
     for name, got, expected in zip(("start", "transitions", "end", "emissions"), grads, ref_grads):
-        assert got.dtype == dtype and got.shape == expected.shape
+        assert got.dtype == expected.dtype and got.shape == expected.shape
         torch.testing.assert_close(got, expected, msg=f"gradient of {name}")
     chain = Chain(*potentials, lengths)
     torch.testing.assert_close(backend.node_marginals(*potentials, lengths), chain.marginals())
@@ -209,11 +206,23 @@ def test_matches_torch_engine(size, order, per_position, dtype):
     ref_states, ref_best = chain.viterbi()
     assert torch.equal(states, ref_states)
     torch.testing.assert_close(best, ref_best, rtol=0, atol=1e-12)
-    paths, scores = backend.kbest(*potentials, lengths, 6)
-    ref_paths, ref_scores = chain.kbest(6)
-    assert torch.equal(paths, ref_paths)
-    assert torch.equal(scores, ref_scores)
-    gold = ref_paths[:, 0].clamp(min=0)
+    paths, scores = backend.kbest(*potentials, lengths, k)
+    ref_paths, ref_scores = chain.kbest(k)
+    assert torch.equal(paths, ref_paths) and torch.equal(scores, ref_scores)
+    assert {runtime.BLOCKED[kernel] for kernel in blocked} <= set(runtime.LAUNCHES)
+    return log_z
+
+
+
+@pytest.mark.parametrize("size,order,per_position,dtype",
+                         CHAINS + [pytest.param(*case, marks=pytest.mark.slow) for case in SLOW_CHAINS],
+                         ids=lambda v: str(v).replace("torch.", ""))
+def test_matches_torch_engine(size, order, per_position, dtype):
+    """Every quantity and every gradient equal to the torch engine's; search results identical."""
+    generator = torch.Generator().manual_seed(size * 10 + order)
+    *potentials, lengths = random_chain(4, 9, size, order, dtype, generator, per_position)
+    assert assert_same_as_torch(potentials, lengths, 6).dtype == dtype
+    gold = Chain(*potentials, lengths).kbest(1)[0][:, 0].clamp(min=0)
     path_grads = []
     for score_fn in (backend.path_score, torch_path_score):
         leaves = [x.detach().clone().requires_grad_(True) for x in potentials]

@@ -20,6 +20,7 @@ from neurocrf.structs.engine import triton as backend  # noqa: E402
 from neurocrf.structs.engine.chain import Chain  # noqa: E402
 from neurocrf.structs.engine.triton import runtime  # noqa: E402
 from tests.test_engine_triton import (  # noqa: E402
+    assert_same_as_torch,
     check_against_enumeration,
     layer_inputs,
     random_chain,
@@ -49,28 +50,6 @@ def tags_of(num_tags: int) -> list[str]:
     """``O`` and IOB2 tags of ``(num_tags - 1) // 2`` entity types."""
     types = (num_tags - 1) // 2
     return ["O"] + [f"{prefix}-T{i}" for i in range(types) for prefix in "BI"]
-
-
-def assert_same_as_torch(potentials, lengths, k: int, blocked: tuple[str, ...] = tuple(runtime.BLOCKED)) -> None:
-    """log Z and its four gradients, marginals, Viterbi and the k best of the triton backend =
-    the torch engine's (paths, scores and ties identical), the ``blocked`` kernels among those run."""
-    runtime.LAUNCHES.clear()
-    log_z, grads = triton_gradients(potentials, lengths)
-    ref_log_z, ref_grads = torch_gradients(potentials, lengths)
-    torch.testing.assert_close(log_z, ref_log_z)
-    for name, got, expected in zip(("start", "transitions", "end", "emissions"), grads, ref_grads):
-        assert got.dtype == expected.dtype and got.shape == expected.shape
-        torch.testing.assert_close(got, expected, msg=f"gradient of {name}")
-    chain = Chain(*potentials, lengths)
-    torch.testing.assert_close(backend.node_marginals(*potentials, lengths), chain.marginals())
-    states, best = backend.viterbi(*potentials, lengths)
-    ref_states, ref_best = chain.viterbi()
-    assert torch.equal(states, ref_states)
-    torch.testing.assert_close(best, ref_best, rtol=0, atol=1e-12)
-    paths, scores = backend.kbest(*potentials, lengths, k)
-    ref_paths, ref_scores = chain.kbest(k)
-    assert torch.equal(paths, ref_paths) and torch.equal(scores, ref_scores)
-    assert {runtime.BLOCKED[kernel] for kernel in blocked} <= set(runtime.LAUNCHES)
 
 
 # --- sizes past one tile: the blocked kernels run by themselves ----------------------------------
@@ -139,7 +118,7 @@ def test_large_state_spaces_match_torch_engine(size, order, per_position, dtype,
 def test_tiny_blocks_match_torch_engine(tiny_blocks, size, order, per_position, dtype):
     generator = torch.Generator().manual_seed(size * 3 + order)
     *potentials, lengths = random_chain(3, 3, size, order, dtype, generator, per_position)
-    assert_same_as_torch(potentials, lengths, 2)
+    assert_same_as_torch(potentials, lengths, 2, tuple(runtime.BLOCKED))
 
 
 @pytest.mark.parametrize("order,k,elements", [(1, 1, 4), pytest.param(1, 16, 64, marks=pytest.mark.slow),
