@@ -1,7 +1,7 @@
 """One entry point for reading and writing treebanks, and the deterministic Alpino split.
 
 Formats: ``alpino`` (a folder of ``alpino_ds`` XML files, :mod:`.alpino`), ``export`` (NeGra
-export 3/4, :mod:`.export`), ``discbracket`` and ``bracket`` (Penn; read only) (:mod:`.bracket`).
+export 3/4, :mod:`~neurocrf.parsing.export`), ``discbracket`` and ``bracket`` (Penn; read only) (:mod:`.bracket`).
 All readers return ``list[TreebankSentence]`` and raise :class:`TreebankFormatError` (a
 ValueError naming file and line) on malformed input.
 

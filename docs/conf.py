@@ -1,0 +1,167 @@
+"""Sphinx configuration of the neurocrf documentation site.
+
+Build (from the repository root, after ``pip install -e ".[docs]"``)::
+
+    sphinx-build -W --keep-going -n -b html docs docs/_build/html
+
+Nothing is fetched at build time (no intersphinx inventories) and no notebook is executed: the
+notebooks are rendered from the outputs stored in them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout's package, also when another copy is installed
+
+from sphinx.ext.napoleon.docstring import GoogleDocstring  # noqa: E402
+from sphinx.util.nodes import make_refnode  # noqa: E402
+
+import neurocrf  # noqa: E402
+
+project = "neurocrf"
+author = "the neurocrf authors"
+copyright = "the neurocrf authors"
+release = version = neurocrf.__version__
+
+extensions = [
+    "myst_nb",  # MyST Markdown pages and notebooks (myst_nb loads myst_parser itself)
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+    "sphinx.ext.mathjax",
+    "sphinx_copybutton",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
+root_doc = "index"
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**/.ipynb_checkpoints"]
+templates_path = ["_templates"]
+
+# --- MyST and notebooks --------------------------------------------------------------------------
+myst_enable_extensions = ["colon_fence", "deflist", "dollarmath"]
+myst_heading_anchors = 4  # GitHub-style anchors, so links like results.md#a-heading work on the site too
+nb_execution_mode = "off"  # render the stored outputs; the notebook tests run them
+nb_merge_streams = True
+
+# --- API reference -------------------------------------------------------------------------------
+autosummary_generate = True
+autosummary_imported_members = False  # each object is documented once, in the module that defines it
+# every public member of a module, whether its __all__ lists it or not (docstrings link to helpers);
+# names a package re-exports are documented where they are defined, once
+autodoc_default_options = {
+    "members": True, "undoc-members": True, "ignore-module-all": True, "show-inheritance": True, "member-order": "bysource",
+}
+autodoc_inherit_docstrings = False
+# the Triton kernels import triton at the top: without it (an optional dependency) they are documented
+# from a stand-in module
+autodoc_mock_imports = [] if importlib.util.find_spec("triton") else ["triton"]  # not Lightning's long docstrings under every hook we override
+autodoc_typehints = "description"
+autodoc_typehints_format = "short"
+autodoc_preserve_defaults = True
+autodoc_class_signature = "separated"
+autoclass_content = "class"
+napoleon_google_docstring = True
+napoleon_numpy_docstring = True
+napoleon_use_rtype = False
+napoleon_custom_sections = [("Inputs", "params_style"), ("Outputs", "returns_style")]
+# names in docstrings written as |S| (the size of a state space) are text, not substitutions
+rst_prolog = """
+.. |S| unicode:: U+007C U+0053 U+007C
+.. |S'| unicode:: U+007C U+0053 U+0027 U+007C
+"""
+
+# --- Warnings as errors, cross references nitpicky -----------------------------------------------
+nitpicky = True
+# Types of other libraries: without intersphinx inventories (no network at build time) they
+# cannot resolve, so they are named but not linked.
+nitpick_ignore_regex = [
+    (r"py:.*", r"(collections|os|pathlib|types|typing|random|ctypes|io|argparse|logging|subprocess|json|gc"
+               r"|threading|multiprocessing|concurrent|dataclasses|enum|abc|gzip|re|numbers)(\..*)?"),
+    (r"py:.*", r"(torch|numpy|np|pytorch_lightning|lightning|lightning_fabric|transformers|omegaconf"
+               r"|hydra|seqeval|triton|matplotlib|onnxruntime|tqdm)(\..*)?"),
+]
+
+# --- Short names in docstrings ------------------------------------------------------------------
+# Napoleon reads the first line of a data or property docstring as "type: description"; ours are
+# sentences ("The wildcard symbol: the token ..."), and their types come from the annotations.
+GoogleDocstring._parse_attribute_docstring = lambda self: list(self._consume_to_end())
+
+
+def find_object(target: str, module: str) -> object:
+    """The Python object ``target`` names, absolute or relative to ``module`` and its packages."""
+    parts = module.split(".") if module else []
+    for depth in range(len(parts), -1, -1):
+        name = ".".join([*parts[:depth], target])
+        pieces = name.split(".")
+        for split in range(len(pieces), 0, -1):
+            try:
+                found = importlib.import_module(".".join(pieces[:split]))
+            except ImportError:
+                continue
+            try:
+                for attribute in pieces[split:]:
+                    found = getattr(found, attribute)
+            except AttributeError:
+                break
+            return found
+    return MISSING
+
+
+MISSING = object()
+
+
+def canonical_name(found: object) -> str | None:
+    """Where autodoc documents ``found``: the module that defines it, not one that re-exports it."""
+    if isinstance(found, type(sys)):
+        return found.__name__
+    module, qualname = getattr(found, "__module__", None), getattr(found, "__qualname__", None)
+    return f"{module}.{qualname}" if module and qualname else None
+
+
+def resolve_short_name(app, env, node, contnode):
+    """Resolve a docstring's reference that Sphinx's own lookup misses.
+
+    ``neurocrf.structs.LinearChainCRF`` (a package's re-export) links to where the class is
+    documented; a short ``Name`` or ``Class.method`` from another module links to the one
+    documented object whose full name ends with it (the nearest to the referring module if several
+    do). A reference to something that exists but has no page of its own (a private helper, a
+    TypeVar, an undocumented constant, a Triton kernel) is set as plain code. A reference to
+    nothing at all stays a warning, so a renamed or removed name fails the build.
+    """
+    if node.get("refdomain") != "py":
+        return None
+    target = node["reftarget"].lstrip("~.")
+    module = node.get("py:module") or ""
+    domain = env.get_domain("py")
+    found = find_object(target, module)
+    name = canonical_name(found) if found is not MISSING else None
+    if name not in domain.objects:
+        matches = [full for full in domain.objects if full == target or full.endswith("." + target)]
+        scope = module
+        while len(matches) > 1 and scope:
+            near = [full for full in matches if full.startswith(scope + ".")]
+            matches = near or matches
+            scope = scope.rpartition(".")[0]
+        name = matches[0] if len(matches) == 1 else None
+    if name is None:
+        return contnode if found is not MISSING else None
+    entry = domain.objects[name]
+    return make_refnode(app.builder, node["refdoc"], entry.docname, entry.node_id, contnode, name)
+
+
+def setup(app):
+    app.connect("missing-reference", resolve_short_name)
+
+
+# --- HTML ----------------------------------------------------------------------------------------
+html_theme = "furo"
+html_title = f"neurocrf {release}"
+html_static_path: list[str] = []
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
