@@ -55,12 +55,13 @@ autosummary_imported_members = False  # each object is documented once, in the m
 # every public member of a module, whether its __all__ lists it or not (docstrings link to helpers);
 # names a package re-exports are documented where they are defined, once
 autodoc_default_options = {
-    "members": True, "undoc-members": True, "ignore-module-all": True, "show-inheritance": True, "member-order": "bysource",
+    "members": True, "undoc-members": True, "ignore-module-all": True, "show-inheritance": True,
+    "member-order": "bysource",
 }
-autodoc_inherit_docstrings = False
-# the Triton kernels import triton at the top: without it (an optional dependency) they are documented
-# from a stand-in module
-autodoc_mock_imports = [] if importlib.util.find_spec("triton") else ["triton"]  # not Lightning's long docstrings under every hook we override
+autodoc_inherit_docstrings = False  # not Lightning's long docstrings under every hook we override
+# the Triton kernels import triton at the top: without it (an optional dependency) they are
+# documented from a stand-in module
+autodoc_mock_imports = [] if importlib.util.find_spec("triton") else ["triton"]
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"
 autodoc_preserve_defaults = True
