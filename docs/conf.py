@@ -10,14 +10,17 @@ notebooks are rendered from the outputs stored in them.
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import importlib.util
+import pkgutil
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's package, also when another copy is installed
 
+from sphinx.addnodes import pending_xref  # noqa: E402
 from sphinx.ext.napoleon.docstring import GoogleDocstring  # noqa: E402
 from sphinx.util.nodes import make_refnode  # noqa: E402
 
@@ -52,6 +55,28 @@ nb_merge_streams = True
 # --- API reference -------------------------------------------------------------------------------
 autosummary_generate = True
 autosummary_imported_members = False  # each object is documented once, in the module that defines it
+
+
+def shadowed_modules() -> list[str]:
+    """Modules that their package's namespace hides behind a name of their own.
+
+    ``neurocrf.parsing.evaluate`` is the module and, on the package, the function it exports;
+    autosummary takes the function. ``_templates/autosummary/base.rst`` gives these names a
+    module page.
+    """
+    names = []
+    for info in pkgutil.walk_packages(neurocrf.__path__, "neurocrf."):
+        parent, _, leaf = info.name.rpartition(".")
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # an optional dependency (triton): autodoc mocks it
+            continue
+        if not info.ispkg and getattr(importlib.import_module(parent), leaf, None) is not module:
+            names.append(info.name)
+    return names
+
+
+autosummary_context = {"shadowed_modules": shadowed_modules()}
 # every public member of a module, whether its __all__ lists it or not (docstrings link to helpers);
 # names a package re-exports are documented where they are defined, once
 autodoc_default_options = {
@@ -62,10 +87,10 @@ autodoc_inherit_docstrings = False  # not Lightning's long docstrings under ever
 # the Triton kernels import triton at the top: without it (an optional dependency) they are
 # documented from a stand-in module
 autodoc_mock_imports = [] if importlib.util.find_spec("triton") else ["triton"]
-autodoc_typehints = "description"
+autodoc_typehints = "signature"
 autodoc_typehints_format = "short"
 autodoc_preserve_defaults = True
-autodoc_class_signature = "separated"
+python_maximum_signature_line_length = 88  # longer signatures get one parameter per line
 autoclass_content = "class"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = True
@@ -135,12 +160,16 @@ def resolve_short_name(app, env, node, contnode):
     TypeVar, an undocumented constant, a Triton kernel) is set as plain code. A reference to
     nothing at all stays a warning, so a renamed or removed name fails the build.
     """
-    if node.get("refdomain") != "py":
-        return None
     target = node["reftarget"].lstrip("~.")
+    if node.get("refdomain") != "py" or hasattr(builtins, target):  # builtins: Sphinx's own resolver
+        return None
     module = node.get("py:module") or ""
     domain = env.get_domain("py")
-    found = find_object(target, module)
+    found = MISSING
+    if node.get("py:class"):  # a method of the class being documented, perhaps inherited
+        found = find_object(f"{node['py:class']}.{target}", module)
+    if found is MISSING:
+        found = find_object(target, module)
     name = canonical_name(found) if found is not MISSING else None
     if name not in domain.objects:
         matches = [full for full in domain.objects if full == target or full.endswith("." + target)]
@@ -156,7 +185,16 @@ def resolve_short_name(app, env, node, contnode):
     return make_refnode(app.builder, node["refdoc"], entry.docname, entry.node_id, contnode, name)
 
 
+def builtins_stay_builtins(app, doctree):
+    """``type`` or ``str`` in a docstring's type field names the builtin, never one of our attributes
+    that happens to be called ``type`` (Sphinx searches field types by suffix)."""
+    for node in doctree.findall(pending_xref):
+        if node.get("refdomain") == "py" and node.get("refspecific") and hasattr(builtins, node["reftarget"]):
+            del node["refspecific"]  # the domain searches by suffix whenever the attribute is there
+
+
 def setup(app):
+    app.connect("doctree-read", builtins_stay_builtins)
     app.connect("missing-reference", resolve_short_name)
 
 

@@ -4,6 +4,6 @@
 ``writers``   CoNLL and JSON-lines output, one prediction at a time
 ``output``    the output file: written to a temporary file, renamed onto the target at the end
 ``progress``  the progress bar on stderr
-``run``       :func:`predict_file`: reader -> batches -> model -> order restored -> writer
+``run``       :class:`~neurocrf.inference.run.FilePrediction`: reader -> batches -> model -> order restored -> writer
 ``sharded``   the same over several processes (Lightning's prediction loop), resumable
 """
