@@ -57,26 +57,45 @@ autosummary_generate = True
 autosummary_imported_members = False  # each object is documented once, in the module that defines it
 
 
-def shadowed_modules() -> list[str]:
-    """Modules that their package's namespace hides behind a name of their own.
+def shadowed_modules() -> dict[str, bool]:
+    """Modules that their package's namespace hides behind another object of the same name.
 
-    ``neurocrf.parsing.evaluate`` is the module and, on the package, the function it exports;
-    autosummary takes the function. ``_templates/autosummary/base.rst`` gives these names a
-    module page.
+    ``neurocrf.parsing.evaluate`` is a module and, on the package, the function it exports:
+    autosummary takes the function, and ``_templates/autosummary/base.rst`` gives the name a module
+    page. Where the package itself defines the other object (True: a function of the package's own
+    ``__init__``), the module and that object share one full name; autosummary then leaves the
+    module out, and :func:`write_hidden_module_pages` writes its page.
     """
-    names = []
+    names = {}
     for info in pkgutil.walk_packages(neurocrf.__path__, "neurocrf."):
         parent, _, leaf = info.name.rpartition(".")
         try:
             module = importlib.import_module(info.name)
         except ImportError:  # an optional dependency (triton): autodoc mocks it
             continue
-        if not info.ispkg and getattr(importlib.import_module(parent), leaf, None) is not module:
-            names.append(info.name)
+        shadow = getattr(importlib.import_module(parent), leaf, None)
+        if not info.ispkg and shadow is not module:
+            names[info.name] = getattr(shadow, "__module__", None) == parent
     return names
 
 
-autosummary_context = {"shadowed_modules": shadowed_modules()}
+SHADOWED = shadowed_modules()
+HIDDEN = sorted(name for name, same_name in SHADOWED.items() if same_name)
+
+
+def write_hidden_module_pages(app) -> None:
+    """The API pages of the modules in :data:`HIDDEN`: not indexed (the name is the package's
+    function's), linked from their package's page."""
+    folder = Path(app.srcdir) / "api" / "generated"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in HIDDEN:
+        text = f"{name}\n{'=' * len(name)}\n\n.. automodule:: {name}\n   :no-index:\n"
+        page = folder / f"{name}.rst"
+        if not page.is_file() or page.read_text(encoding="utf-8") != text:
+            page.write_text(text, encoding="utf-8")
+
+
+autosummary_context = {"shadowed_modules": sorted(SHADOWED), "hidden_modules": HIDDEN}
 # every public member of a module, whether its __all__ lists it or not (docstrings link to helpers);
 # names a package re-exports are documented where they are defined, once
 autodoc_default_options = {
@@ -89,7 +108,6 @@ autodoc_inherit_docstrings = False  # not Lightning's long docstrings under ever
 autodoc_mock_imports = [] if importlib.util.find_spec("triton") else ["triton"]
 autodoc_typehints = "signature"
 autodoc_typehints_format = "short"
-autodoc_preserve_defaults = True
 python_maximum_signature_line_length = 88  # longer signatures get one parameter per line
 autoclass_content = "class"
 napoleon_google_docstring = True
@@ -189,11 +207,21 @@ def builtins_stay_builtins(app, doctree):
     """``type`` or ``str`` in a docstring's type field names the builtin, never one of our attributes
     that happens to be called ``type`` (Sphinx searches field types by suffix)."""
     for node in doctree.findall(pending_xref):
-        if node.get("refdomain") == "py" and node.get("refspecific") and hasattr(builtins, node["reftarget"]):
+        if node.get("refdomain") == "py" and node.hasattr("refspecific") and hasattr(builtins, node["reftarget"]):
             del node["refspecific"]  # the domain searches by suffix whenever the attribute is there
 
 
+def factory_defaults_parse(app, what, name, obj, options, signature, return_annotation):
+    """A dataclass field's ``default_factory`` shows as ``<factory>``, which is not Python: Sphinx
+    would then split the signature at every comma, brackets of ``dict[str, X]`` included."""
+    if signature and "<factory>" in signature:
+        return signature.replace("<factory>", "..."), return_annotation
+    return None
+
+
 def setup(app):
+    app.connect("builder-inited", write_hidden_module_pages, priority=100)  # before autosummary
+    app.connect("autodoc-process-signature", factory_defaults_parse)
     app.connect("doctree-read", builtins_stay_builtins)
     app.connect("missing-reference", resolve_short_name)
 

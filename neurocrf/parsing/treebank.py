@@ -54,6 +54,7 @@ __all__ = ["FORMATS", "SPLITS", "TREEBANK_DEFAULTS", "TreebankFormatError", "che
 log = logging.getLogger(__name__)
 
 FORMATS = ("alpino", "export", "discbracket", "bracket")
+"""Treebank formats :func:`read_treebank` reads."""
 
 TREEBANK_DEFAULTS: dict[str, Any] = {
     "name": None,
@@ -69,6 +70,7 @@ TREEBANK_DEFAULTS: dict[str, Any] = {
     "v": 1,
     "generate": None,
 }
+"""Options of a treebank config and their defaults."""
 
 
 def data_root() -> Path:
