@@ -19,11 +19,11 @@ from typing import Any
 from neurocrf.data.conll import ConllFormatError, Sentence, check_writable
 from neurocrf.data.inputs import InputReader
 from neurocrf.data.schemes import check_scheme
-from neurocrf.inference.batching import DEFAULT_WINDOW, windows
-from neurocrf.inference.collector import frozen_heap
 from neurocrf.inference.output import AtomicOutput, check_output_path, sigterm_raises
 from neurocrf.inference.progress import Progress
 from neurocrf.inference.writers import OUTPUT_FORMATS, Writer, make_writer
+from neurocrf.models.batching import DEFAULT_WINDOW, windows
+from neurocrf.models.collector import frozen_heap
 
 log = logging.getLogger(__name__)
 

@@ -48,12 +48,12 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from neurocrf.data.conll import atomic_write_text
 from neurocrf.data.streams import STDIN
-from neurocrf.inference.batching import plan_batches, windows
-from neurocrf.inference.collector import frozen_heap
 from neurocrf.inference.output import AtomicOutput, sigterm_raises
 from neurocrf.inference.progress import Progress
 from neurocrf.inference.ranks import JOB_FILE, SHARED_WAIT_S, agree_on_folder, agree_on_job, gather, read_token
 from neurocrf.inference.run import FilePrediction, check_prediction, model_tokens
+from neurocrf.models.batching import plan_batches, windows
+from neurocrf.models.collector import frozen_heap
 from neurocrf.models.distributed import destroy_process_group_at_exit
 
 log = logging.getLogger(__name__)

@@ -28,9 +28,9 @@ from torch import Tensor, nn
 
 from neurocrf.conventions import OUTSIDE
 from neurocrf.encoders import build_encoder
-from neurocrf.inference.batching import DEFAULT_WINDOW, plan_batches, windows
-from neurocrf.inference.collector import frozen_heap
+from neurocrf.models.batching import DEFAULT_WINDOW, plan_batches, windows
 from neurocrf.models.checkpoints import TAGGER, Checkpointed
+from neurocrf.models.collector import frozen_heap
 from neurocrf.models.distributed import ProcessGroupTeardown
 from neurocrf.models.full_batch import FullBatchTraining
 from neurocrf.models.heads import TaggingHead, build_head
@@ -308,7 +308,7 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         self, tokens: list[list[str]], batch_size: int, max_tokens: int | None = None, **options: Any
     ) -> list[Prediction]:
         """Predictions for a window of token lists in their order: batched by length
-        (:func:`~neurocrf.inference.batching.plan_batches`), each batch by :meth:`predict_batch`."""
+        (:func:`~neurocrf.models.batching.plan_batches`), each batch by :meth:`predict_batch`."""
         results: list[Prediction | None] = [None] * len(tokens)
         for batch in plan_batches([len(words) for words in tokens], batch_size, max_tokens):
             for i, prediction in zip(batch, self.predict_batch([tokens[i] for i in batch], **options)):
