@@ -1,9 +1,10 @@
 """The package's floors (the layout the README draws): ``conventions`` and ``values`` below every
 floor; ``structs``, ``data``, ``encoders`` and ``parsing`` on the ground; ``models``, then
 ``supertagging`` above it; ``inference`` and ``study`` above those; ``cli`` on top. A module
-imports only from its own room or from a room on a lower floor, and a ground room reaches another
-only through that room's package (``neurocrf.structs``, not ``neurocrf.structs.linear_chain``).
-Imports inside functions count too: a lazy import is still an arrow.
+imports only from its own room or from a room on a lower floor; a ground room reaches another
+only through that room's package (``neurocrf.structs``, not ``neurocrf.structs.linear_chain``),
+and ``structs`` and ``parsing`` import no other room at all (the supertag pipeline hands the
+parser plain values). Imports inside functions count too: a lazy import is still an arrow.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ FLOORS = {
     "cli": 5,
 }
 GROUND = 1
+ALONE = ("structs", "parsing")
 
 
 def neurocrf_imports(source: str) -> list[tuple[int, str]]:
@@ -38,7 +40,8 @@ def neurocrf_imports(source: str) -> list[tuple[int, str]]:
 
 def wrong_arrows(sources: dict[str, str]) -> list[str]:
     """One line per import that runs up a floor, sideways into another room of a floor above
-    the ground, or into another ground room's internals; ``sources``: the modules' text by path
+    the ground, from ``structs`` or ``parsing`` into another room of the ground, or into another
+    ground room's internals; ``sources``: the modules' text by path
     inside the package (``models/tagger.py``)."""
     wrong = []
     for path, source in sources.items():
@@ -55,6 +58,8 @@ def wrong_arrows(sources: dict[str, str]) -> list[str]:
                 wrong.append(f"{where}: {target} is a floor above {room}")
             elif FLOORS[target] == FLOORS[room] and FLOORS[room] > GROUND:
                 wrong.append(f"{where}: {target} and {room} share a floor")
+            elif FLOORS[target] == FLOORS[room] == GROUND and room in ALONE:
+                wrong.append(f"{where}: {room} imports no other room")
             elif FLOORS[target] == FLOORS[room] == GROUND and len(parts) > 2:
                 wrong.append(f"{where}: a ground room reaches another only through its package")
     return wrong
@@ -76,8 +81,9 @@ def test_no_import_runs_up_a_floor() -> None:
 
 def test_the_check_finds_each_kind_of_wrong_arrow() -> None:
     """A model module importing the inference package, a lazy import of the study package, a
-    prediction module importing a study module, and a ground room reaching into another's
-    internals are each reported; imports from a lower floor and from the own room are not."""
+    prediction module importing a study module, a ground room reaching into another's
+    internals and the parser importing the data package are each reported; imports from a lower
+    floor and from the own room are not."""
     sources = {
         "models/upward.py": "from neurocrf.inference.run import FilePrediction\n"
                             "from neurocrf.models.heads import build_head\n"
@@ -86,10 +92,12 @@ def test_the_check_finds_each_kind_of_wrong_arrow() -> None:
         "inference/sideways.py": "from neurocrf.study.runs import find_cells\n",
         "encoders/inside.py": "from neurocrf.structs.linear_chain import pair_emissions\n"
                               "from neurocrf.structs import build_crf\nfrom neurocrf.conventions import OUTSIDE\n",
+        "parsing/reader.py": "from neurocrf.data.conll import read_conll\nfrom neurocrf.conventions import SPLITS\n",
     }
     assert [line.split(": ", 1)[1] for line in wrong_arrows(sources)] == [
         "inference is a floor above models",
         "study is a floor above models",
         "study and inference share a floor",
         "a ground room reaches another only through its package",
+        "parsing imports no other room",
     ]
