@@ -57,12 +57,15 @@ def child(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     from neurocrf.inference.run import FilePrediction
+    from neurocrf.models.predict_options import PredictOptions
     from neurocrf.models.tagger import Tagger
 
     model = Tagger.load(args.ckpt, map_location="cpu").to(args.device)
     output = Path(args.output)
+    options = PredictOptions(batch_size=args.batch_size, max_tokens=args.max_tokens, window=args.window,
+                             nbest=args.nbest, precision=args.precision)
     job = FilePrediction(args.input, output, input_format="text", output_format=args.format,
-                         confidence=args.confidence, nbest=args.nbest, window=args.window)
+                         confidence=args.confidence, options=options)
     loaded_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     cpu_start = time.process_time()
     start = time.perf_counter()
@@ -71,12 +74,10 @@ def child(args: argparse.Namespace) -> None:
         import pstats
 
         profiler = cProfile.Profile()
-        summary = profiler.runcall(job.run, model, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                                   precision=args.precision, progress=False)
+        summary = profiler.runcall(job.run, model, progress=False)
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(35)
     else:
-        summary = job.run(model, batch_size=args.batch_size, max_tokens=args.max_tokens, precision=args.precision,
-                          progress=False)
+        summary = job.run(model, progress=False)
     seconds = time.perf_counter() - start
     cpu_seconds = time.process_time() - cpu_start
     output.unlink()

@@ -23,7 +23,7 @@ per-round time ratios (robust to load that drifts during the run).
 - ``--bucket``: neurocrf trains on each round's sentences in length-sorted batches (what its
   default bucketing sampler does), flair on the random ones (its default): the same sentences per
   round, each library's own batching.
-- ``--predict-bf16``: also ``Tagger.predict(..., precision="bf16")`` (the encoder under bfloat16
+- ``--predict-bf16``: also ``Tagger.predict(..., PredictOptions(precision="bf16"))`` (the encoder under bfloat16
   autocast) as a side of its own.
 - **CRF share**: the CRF NLL forward + backward alone on the emissions of the same batches, as a
   fraction of neurocrf's training step.
@@ -128,9 +128,11 @@ class NeurocrfSide:
         return self._timed(work)
 
     def predict(self, batches: list[list[int]], precision: str = "32") -> float:
+        from neurocrf.models.predict_options import PredictOptions
+
         sentences = [self.tokens[i] for batch in batches for i in batch]
         size = len(batches[0])
-        return self._timed(lambda: self.model.predict(sentences, batch_size=size, precision=precision))
+        return self._timed(lambda: self.model.predict(sentences, PredictOptions(batch_size=size, precision=precision)))
 
     def crf_step(self, batch: list[int]) -> float:
         """CRF NLL forward + backward alone, on this batch's emissions."""
@@ -388,7 +390,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches-per-round", type=int, default=0, help="0: the data split evenly over the rounds")
-    parser.add_argument("--predict-bf16", action="store_true", help="also time Tagger.predict(precision='bf16')")
+    parser.add_argument("--predict-bf16", action="store_true", help="also time the prediction with precision='bf16'")
     parser.add_argument("--bucket", action="store_true",
                         help="neurocrf trains on each round's sentences in length-sorted batches (its default"
                              " sampler's effect); flair keeps the random batches (its default)")

@@ -78,13 +78,13 @@ def test_a_rerun_predicts_only_the_shards_not_complete(tmp_path: Path, ckpt: Pat
     assert record["sentences"] == WINDOW and record["tokens"] > 0 and len(record["sha256"]) == 64
 
     predicted: list[list[str]] = []
-    predict_batch = Tagger.predict_batch
+    predict_batch = Tagger._predict_batch
 
-    def counting(self, tokens, **options):  # noqa: ANN001, ANN202 - Tagger.predict_batch's signature
+    def counting(self, tokens, options):  # noqa: ANN001, ANN202 - Tagger._predict_batch's signature
         predicted.extend(tokens)
-        return predict_batch(self, tokens, **options)
+        return predict_batch(self, tokens, options)
 
-    monkeypatch.setattr(Tagger, "predict_batch", counting)
+    monkeypatch.setattr(Tagger, "_predict_batch", counting)
     summary = run(tmp_path, ckpt, source, output, "resumable=true")
     assert summary["reused"] == 1 and summary["shards"] == 9
     assert output.read_bytes() == single

@@ -21,8 +21,9 @@ from neurocrf.cli.predict import predict
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import ConllFormatError, read_conll
 from neurocrf.data.inputs import PREFIX_TOKEN_LINES, InputReader, detect_input_format
-from neurocrf.inference.batching import plan_batches
 from neurocrf.inference.output import Terminated
+from neurocrf.models.batching import plan_batches
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.tagger import Tagger
 from tests.helpers.sample_data import sample_data_dir, tiny_tagger_checkpoint
 
@@ -84,7 +85,7 @@ def test_predict_iter_reads_a_window_ahead_and_keeps_the_input_order(ckpt: Path,
             pulled.append(line)
             yield line
 
-    stream = tagger.predict_iter(lines(), batch_size=4, max_tokens=60, window=7)
+    stream = tagger.predict_iter(lines(), PredictOptions(batch_size=4, max_tokens=60, window=7))
     first = next(stream)
     assert len(pulled) == 7  # one window read, not the input
     got = [first, *stream]
@@ -93,7 +94,7 @@ def test_predict_iter_reads_a_window_ahead_and_keeps_the_input_order(ckpt: Path,
     for a, b in zip(got, expected):
         assert a.confidences == pytest.approx(b.confidences, abs=1e-5)
         assert [s[:3] for s in a.spans] == [s[:3] for s in b.spans]
-    fast = tagger.predict(text, confidences=False)
+    fast = tagger.predict(text, PredictOptions(confidences=False))
     assert [p.tags for p in fast] == [p.tags for p in expected]
     assert all(p.confidences == [] and p.spans == [] for p in fast)
 
