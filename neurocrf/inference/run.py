@@ -22,7 +22,7 @@ from neurocrf.data.inputs import InputReader
 from neurocrf.data.schemes import check_scheme
 from neurocrf.inference.output import AtomicOutput, check_output_path, sigterm_raises
 from neurocrf.inference.progress import Progress
-from neurocrf.inference.writers import OUTPUT_FORMATS, Writer, make_writer
+from neurocrf.inference.writers import OUTPUT_FORMATS, ConllWriter, JsonlWriter, Writer
 from neurocrf.models.batching import windows
 from neurocrf.models.collector import frozen_heap
 from neurocrf.models.predict_options import PredictOptions
@@ -95,9 +95,10 @@ class FilePrediction:
     def writer(self, handle: Any, document: int | None = None) -> Writer:
         """The output format's writer on ``handle``; ``document``: that of the sentence before
         the first one written (a shard that continues the output)."""
-        return make_writer(handle, self.output_format, scheme=self.scheme, confidence=self.confidence,
-                           nbest=self.options.nbest, raw_columns=self.raw_columns,
-                           leading_separator=self.input.leading_separator, document=document)
+        if self.output_format == "jsonl":
+            return JsonlWriter(handle, self.scheme)
+        return ConllWriter(handle, self.scheme, self.confidence, self.options.nbest, self.raw_columns,
+                           self.input.leading_separator, document)
 
     def run(
         self,
