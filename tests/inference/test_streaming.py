@@ -22,6 +22,7 @@ from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import ConllFormatError, read_conll
 from neurocrf.data.inputs import PREFIX_TOKEN_LINES, InputReader, detect_input_format
 from neurocrf.inference.output import Terminated
+from neurocrf.inference.run import FilePrediction
 from neurocrf.models.batching import plan_batches
 from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.tagger import Tagger
@@ -306,3 +307,23 @@ def test_the_progress_bar_counts_on_a_terminal_and_is_quiet_elsewhere(capsys: py
     with Progress(total_bytes=1000) as bar:  # stderr is no terminal here
         bar.update(3, 40, bytes_read=500)
     assert capsys.readouterr().err == "" and (bar.sentences, bar.tokens) == (3, 40)
+
+
+def test_a_bad_prediction_option_is_refused_in_one_line_before_the_model_loads(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="^prediction option batch_size must be an integer of at least 1, got 0$"):
+        run(tmp_path, tmp_path / "absent.ckpt", source, tmp_path / "out.conll", "batch_size=0")
+
+
+def test_a_file_job_computes_confidences_only_where_its_output_shows_them(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    options = PredictOptions(batch_size=3, nbest=2)
+
+    def job(output_format: str, confidence: bool) -> FilePrediction:
+        return FilePrediction(source, tmp_path / f"out.{output_format}", output_format=output_format,
+                              confidence=confidence, options=options)
+
+    assert job("conll", False).options == PredictOptions(batch_size=3, nbest=2, confidences=False)
+    assert job("conll", True).options == options and job("jsonl", False).options == options
