@@ -11,6 +11,7 @@ Everything the model is built from is a plain value (dicts, lists, strings, numb
 hyperparameters, so a checkpoint loads with ``torch.load(path, weights_only=True)`` and
 :meth:`Tagger.load` rebuilds the model without the training config or corpus.
 
+>>> from neurocrf.models import PredictOptions, Tagger
 >>> tagger = Tagger.load("logs/train/runs/.../checkpoints/last.ckpt")      # doctest: +SKIP
 >>> [p.spans for p in tagger.predict(["Peter lives in Berlin"])]           # doctest: +SKIP
 [[PredictedSpan(type='PER', start=0, end=1, confidence=0.98), ...]]
