@@ -10,7 +10,6 @@ from neurocrf.structs.engine import triton as backend
 from neurocrf.structs.engine.chain import Chain
 from neurocrf.structs.engine.triton import runtime
 from tests.helpers import chains
-from tests.helpers.chains import enumerate_rows, layer_inputs, random_chain, tag_marginals  # noqa: F401
 
 NEG_INF = float("-inf")
 
