@@ -1,0 +1,88 @@
+"""The ``>>>`` examples of the guide pages (docs/guide/*.md) run and print what the pages say.
+
+Each page's ``pycon`` blocks run as one doctest, in page order, in one namespace, with line numbers
+of the page. The migration page also runs pytorch-crf beside neurocrf on the same parameters, so
+its equivalence claims are checked here. ``checkpoint`` (the path of a small tagger's checkpoint)
+is in every page's namespace, as a trained model's path is for a reader.
+"""
+
+from __future__ import annotations
+
+import doctest
+import re
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from neurocrf.encoders import build_vocabularies
+from neurocrf.models.tagger import Tagger
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "guide"
+# pages that must hold examples (the others run theirs when they have any)
+PAGES_WITH_EXAMPLES = ("migration.md", "faq.md")
+FENCE = re.compile(r"^```pycon[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+ENCODER = {"name": "bilstm", "word_dim": 8, "char": "cnn", "char_dim": 4, "char_hidden": 4, "hidden_size": 8}
+TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG"]
+WORDS = [["Peter", "Blackburn", "works", "for", "the", "European", "Commission"], ["Thanks", "."]]
+
+
+def example_source(text: str) -> str:
+    """The page with everything outside its ``pycon`` blocks blanked, so that doctest's line
+    numbers are the page's and a closing fence never reads as expected output."""
+    lines = text.splitlines(keepends=True)
+    kept = ["\n"] * len(lines)
+    for match in FENCE.finditer(text):
+        first = text.count("\n", 0, match.start(1))
+        for offset, line in enumerate(match.group(1).splitlines(keepends=True)):
+            kept[first + offset] = line
+    return "".join(kept)
+
+
+def run_examples(text: str, name: str, globs: dict) -> tuple[int, int, str]:
+    """(examples, failures, report) of the ``pycon`` examples of ``text``."""
+    test = doctest.DocTestParser().get_doctest(example_source(text), dict(globs), name, name, 0)
+    runner = doctest.DocTestRunner(optionflags=FLAGS)
+    report: list[str] = []
+    runner.run(test, out=report.append, clear_globs=True)
+    return len(test.examples), runner.failures, "".join(report)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small untrained BiLSTM-char tagger in the layout Lightning writes."""
+    torch.manual_seed(0)
+    tagger = Tagger(ENCODER, {"kind": "first_order"}, TAGS, "IOB2", build_vocabularies(ENCODER, WORDS))
+    path = tmp_path_factory.mktemp("tagger") / "last.ckpt"
+    torch.save({"epoch": 0, "global_step": 0, "pytorch-lightning_version": pl.__version__,
+                "state_dict": tagger.state_dict(), "hyper_parameters": dict(tagger.hparams)}, path)
+    return path
+
+
+def guide_pages() -> list[Path]:
+    pages = {p.name: p for p in GUIDE.glob("*.md") if ">>>" in p.read_text(encoding="utf-8")}
+    pages.update({name: GUIDE / name for name in PAGES_WITH_EXAMPLES})
+    return [pages[name] for name in sorted(pages)]
+
+
+@pytest.mark.parametrize("page", guide_pages(), ids=lambda p: p.name)
+def test_guide_examples_run(page: Path, checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = page.read_text(encoding="utf-8")
+    if "torchcrf" in text:
+        pytest.importorskip("torchcrf")
+    monkeypatch.chdir(tmp_path)  # files an example writes land here
+    count, failures, report = run_examples(text, str(page.relative_to(ROOT)), {"checkpoint": str(checkpoint)})
+    assert count > 0, f"{page.name}: no >>> examples in pycon blocks"
+    assert failures == 0, report
+
+
+def test_a_wrong_output_and_an_error_fail() -> None:
+    page = "Text.\n\n```pycon\n>>> 1 + 1\n3\n```\n\n```pycon\n>>> undefined_name\n```\n\n```python\n>>> 1\n5\n```\n"
+    count, failures, report = run_examples(page, "page.md", {})
+    assert (count, failures) == (2, 2), report  # the python block is not an example
+    assert '"page.md", line 4' in report and "NameError" in report
+    assert run_examples("```pycon\n>>> 2 + 2\n4\n```\nafter\n", "ok.md", {})[:2] == (1, 0)
