@@ -86,3 +86,12 @@ def test_a_wrong_output_and_an_error_fail() -> None:
     assert (count, failures) == (2, 2), report  # the python block is not an example
     assert '"page.md", line 4' in report and "NameError" in report
     assert run_examples("```pycon\n>>> 2 + 2\n4\n```\nafter\n", "ok.md", {})[:2] == (1, 0)
+
+
+def test_readme_crf_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", readme, re.MULTILINE | re.DOTALL)
+    crf_example = next(b for b in blocks if "LinearChainCRF" in b)
+    exec(compile(crf_example, "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "torch.Size([2, 7, 5]) torch.Size([2, 3, 7])" in printed and printed.startswith("tensor([[")
