@@ -13,11 +13,11 @@ import re
 from pathlib import Path
 
 import pytest
-import pytorch_lightning as pl
 import torch
 
 from neurocrf.encoders import build_vocabularies
 from neurocrf.models.tagger import Tagger
+from tests.helpers.checkpoints import save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "guide"
@@ -57,10 +57,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small untrained BiLSTM-char tagger in the layout Lightning writes."""
     torch.manual_seed(0)
     tagger = Tagger(ENCODER, {"kind": "first_order"}, TAGS, "IOB2", build_vocabularies(ENCODER, WORDS))
-    path = tmp_path_factory.mktemp("tagger") / "last.ckpt"
-    torch.save({"epoch": 0, "global_step": 0, "pytorch-lightning_version": pl.__version__,
-                "state_dict": tagger.state_dict(), "hyper_parameters": dict(tagger.hparams)}, path)
-    return path
+    return save_checkpoint(tagger, tmp_path_factory.mktemp("tagger") / "last.ckpt")
 
 
 def guide_pages() -> list[Path]:
