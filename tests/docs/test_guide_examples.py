@@ -1,9 +1,10 @@
-"""The ``>>>`` examples of the guide pages (docs/guide/*.md) run and print what the pages say.
+"""The ``>>>`` examples of the documentation pages (docs/**/*.md) run and print what the pages say.
 
-Each page's ``pycon`` blocks run as one doctest, in page order, in one namespace, with line numbers
-of the page. The migration page also runs pytorch-crf beside neurocrf on the same parameters, so
-its equivalence claims are checked here. ``checkpoint`` (the path of a small tagger's checkpoint)
-is in every page's namespace, as a trained model's path is for a reader.
+Each page's examples (the ``>>>`` lines of its ``pycon`` and ``python`` blocks) run as one doctest,
+in page order, in one namespace, with the page's line numbers. The migration page also runs
+pytorch-crf beside neurocrf on the same parameters, so its equivalence claims are checked here.
+``checkpoint`` (the path of a small tagger's checkpoint) is in every page's namespace, as a trained
+model's path is for a reader.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from neurocrf.models.tagger import Tagger
 from tests.helpers.checkpoints import save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
-GUIDE = ROOT / "docs" / "guide"
-# pages that must hold examples (the others run theirs when they have any)
-PAGES_WITH_EXAMPLES = ("migration.md", "faq.md")
-FENCE = re.compile(r"^```pycon[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+DOCS = ROOT / "docs"
+# pages that must hold examples (every other page runs its examples when it has any)
+PAGES_WITH_EXAMPLES = ("guide/migration.md", "guide/faq.md")
+FENCE = re.compile(r"^```(?:pycon|python)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 ENCODER = {"name": "bilstm", "word_dim": 8, "char": "cnn", "char_dim": 4, "char_hidden": 4, "hidden_size": 8}
@@ -32,8 +33,8 @@ WORDS = [["Peter", "Blackburn", "works", "for", "the", "European", "Commission"]
 
 
 def example_source(text: str) -> str:
-    """The page with everything outside its ``pycon`` blocks blanked, so that doctest's line
-    numbers are the page's and a closing fence never reads as expected output."""
+    """The page with everything outside its ``pycon`` and ``python`` blocks blanked, so that
+    doctest's line numbers are the page's and a closing fence never reads as expected output."""
     lines = text.splitlines(keepends=True)
     kept = ["\n"] * len(lines)
     for match in FENCE.finditer(text):
@@ -44,7 +45,7 @@ def example_source(text: str) -> str:
 
 
 def run_examples(text: str, name: str, globs: dict) -> tuple[int, int, str]:
-    """(examples, failures, report) of the ``pycon`` examples of ``text``."""
+    """(examples, failures, report) of the ``>>>`` examples in the code blocks of ``text``."""
     test = doctest.DocTestParser().get_doctest(example_source(text), dict(globs), name, name, 0)
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     report: list[str] = []
@@ -60,27 +61,29 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_checkpoint(tagger, tmp_path_factory.mktemp("tagger") / "last.ckpt")
 
 
-def guide_pages() -> list[Path]:
-    pages = {p.name: p for p in GUIDE.glob("*.md") if ">>>" in p.read_text(encoding="utf-8")}
-    pages.update({name: GUIDE / name for name in PAGES_WITH_EXAMPLES})
-    return [pages[name] for name in sorted(pages)]
+def doc_pages() -> list[Path]:
+    """Pages of the site with ``>>>`` lines, and the pages that must have them (not its build)."""
+    pages = {p for p in DOCS.rglob("*.md")
+             if "_build" not in p.relative_to(DOCS).parts and ">>>" in p.read_text(encoding="utf-8")}
+    return sorted(pages | {DOCS / name for name in PAGES_WITH_EXAMPLES})
 
 
-@pytest.mark.parametrize("page", guide_pages(), ids=lambda p: p.name)
+@pytest.mark.parametrize("page", doc_pages(), ids=lambda p: str(p.relative_to(DOCS)))
 def test_guide_examples_run(page: Path, checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = page.read_text(encoding="utf-8")
     if "torchcrf" in text:
         pytest.importorskip("torchcrf")
     monkeypatch.chdir(tmp_path)  # files an example writes land here
     count, failures, report = run_examples(text, str(page.relative_to(ROOT)), {"checkpoint": str(checkpoint)})
-    assert count > 0, f"{page.name}: no >>> examples in pycon blocks"
+    assert count > 0, f"{page.name}: no >>> examples in its code blocks"
     assert failures == 0, report
 
 
 def test_a_wrong_output_and_an_error_fail() -> None:
-    page = "Text.\n\n```pycon\n>>> 1 + 1\n3\n```\n\n```pycon\n>>> undefined_name\n```\n\n```python\n>>> 1\n5\n```\n"
+    page = ("Text.\n\n```pycon\n>>> 1 + 1\n3\n```\n\n```python\n>>> undefined_name\n\n```\n\n"
+            "```bash\n>>> 1\n5\n```\n>>> 2\n7\n")
     count, failures, report = run_examples(page, "page.md", {})
-    assert (count, failures) == (2, 2), report  # the python block is not an example
+    assert (count, failures) == (2, 2), report  # >>> lines outside pycon and python blocks are no examples
     assert '"page.md", line 4' in report and "NameError" in report
     assert run_examples("```pycon\n>>> 2 + 2\n4\n```\nafter\n", "ok.md", {})[:2] == (1, 0)
 
