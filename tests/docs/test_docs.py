@@ -1,6 +1,7 @@
 """The user-facing text of the project: no paths of one machine, no work history, no dead links.
 
-Scans the docs, the README, the notebooks' markdown, the configs and the scripts. Generic
+Scans the docs, the README, the notebooks' markdown, the configs, the benchmarks, reproductions
+and tools. Generic
 examples stay allowed (``${TMPDIR:-/tmp}``, ``/path/to/...``).
 """
 
@@ -40,10 +41,11 @@ def doc_pages() -> list[Path]:
 
 
 def text_files() -> list[Path]:
-    """Docs, README, configs and scripts: every file a user reads as text."""
+    """Docs, README, configs, benchmarks, reproductions and tools: every file a user reads as text."""
     files = [ROOT / "README.md", *doc_pages(), ROOT / "docs" / "conf.py"]
     files += sorted((ROOT / "configs").rglob("*.yaml"))
-    files += sorted(p for p in (ROOT / "scripts").iterdir() if p.suffix in {".py", ".sh"})
+    for home in ("benchmarks", "reproductions", "tools"):
+        files += sorted(p for p in (ROOT / home).iterdir() if p.suffix in {".py", ".sh", ".md"})
     return files
 
 
