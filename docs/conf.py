@@ -113,6 +113,7 @@ autoclass_content = "class"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
+napoleon_use_ivar = True  # an "Attributes:" section is a field list: autodoc documents the attributes themselves
 napoleon_custom_sections = [("Inputs", "params_style"), ("Outputs", "returns_style")]
 # names in docstrings written as |S| (the size of a state space) are text, not substitutions
 rst_prolog = """
