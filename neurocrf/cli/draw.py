@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR, to_plain
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +72,7 @@ def draw(cfg: DictConfig) -> Path:
     return output
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="draw")
-def main(cfg: DictConfig) -> None:
-    draw(cfg)
+main = tool_main(draw, "draw", "neurocrf-draw")
 
 
 if __name__ == "__main__":

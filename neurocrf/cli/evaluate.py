@@ -16,7 +16,8 @@ import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR, float_metrics, instantiate_list, set_seed
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import float_metrics, instantiate_list, set_seed
 from neurocrf.conventions import SPLITS
 
 log = logging.getLogger(__name__)
@@ -83,10 +84,7 @@ def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     return metrics, {"cfg": cfg, "model": model, "datamodule": datamodule, "trainer": trainer}
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
-def main(cfg: DictConfig) -> float | None:
-    metrics, _ = evaluate(cfg)
-    return metrics.get("test/f1")
+main = tool_main(evaluate, "evaluate", "neurocrf-evaluate", lambda cfg, out: out[0].get("test/f1"))
 
 
 if __name__ == "__main__":

@@ -21,10 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.cli.tool import tool_main
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +85,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     return {"output": str(output), "vocabulary": str(vocabulary_path(output)), "format": fmt, "checked": checked}
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="export")
-def main(cfg: DictConfig) -> None:
-    export(cfg)
+main = tool_main(export, "export", "neurocrf-export")
 
 
 if __name__ == "__main__":

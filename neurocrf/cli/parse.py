@@ -28,10 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR, to_plain
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import to_plain
 from neurocrf.parsing.tree import TreebankSentence
 from neurocrf.parsing.treebank import (
     check_split,
@@ -133,10 +133,7 @@ def parse(cfg: DictConfig) -> dict[str, Any]:
     return report
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="parse")
-def main(cfg: DictConfig) -> float | None:
-    report = parse(cfg)
-    return report.get("f1")
+main = tool_main(parse, "parse", "neurocrf-parse", lambda cfg, report: report.get("f1"))
 
 
 if __name__ == "__main__":

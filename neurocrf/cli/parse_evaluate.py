@@ -22,10 +22,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR, to_plain
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,8 @@ def evaluate_predictions(cfg: DictConfig) -> dict[str, Any]:
     return scores
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="parse_evaluate")
-def main(cfg: DictConfig) -> float:
-    return float(evaluate_predictions(cfg)["f1"])
+main = tool_main(evaluate_predictions, "parse_evaluate", "neurocrf-parse-evaluate",
+                 lambda cfg, report: float(report["f1"]))
 
 
 if __name__ == "__main__":

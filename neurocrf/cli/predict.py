@@ -49,10 +49,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.cli.tool import tool_main
 from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
@@ -91,9 +90,7 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     return job.run(model.to(device), progress=cfg.get("progress"), **options)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")
-def main(cfg: DictConfig) -> None:
-    predict(cfg)
+main = tool_main(predict, "predict", "neurocrf-predict")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import best_checkpoint, float_metrics, instantiate_list, log_config, set_seed, training_main
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import best_checkpoint, float_metrics, instantiate_list, log_config, set_seed, training_result
 from neurocrf.models.building import start_options
 from neurocrf.models.checkpoints import SUPERTAGGER, read_checkpoint
 from neurocrf.values import to_plain
@@ -174,7 +175,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     return metrics, objects
 
 
-main = training_main(train, "supertag")
+main = tool_main(train, "supertag", "neurocrf-supertag", training_result)
 
 
 if __name__ == "__main__":

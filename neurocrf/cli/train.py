@@ -27,7 +27,8 @@ import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import best_checkpoint, float_metrics, instantiate_list, log_config, set_seed, training_main
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import best_checkpoint, float_metrics, instantiate_list, log_config, set_seed, training_result
 from neurocrf.models.building import build_tagger
 from neurocrf.models.runs import (
     check_no_dev_monitors,
@@ -107,7 +108,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     return metrics, objects
 
 
-main = training_main(train, "train")
+main = tool_main(train, "train", "neurocrf-train", training_result)
 
 
 if __name__ == "__main__":

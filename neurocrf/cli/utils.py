@@ -10,10 +10,9 @@ directory when the configs are the installed copy.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,23 +79,10 @@ def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
     return float(value.item() if hasattr(value, "item") else value)
 
 
-def training_main(
-    train: Callable[[DictConfig], tuple[dict[str, float], dict[str, Any]]], config_name: str
-) -> Callable[..., float | None]:
-    """The Hydra entry point ``main()`` of a training function: it composes
-    ``configs/<config_name>.yaml`` with the command line, runs ``train(cfg)`` (which returns its
-    metrics and the objects it built) and returns ``cfg.optimized_metric`` for sweepers
-    (:func:`metric_value`). Hydra names the job after ``train``'s module, as if ``main`` were
-    written there."""
-
-    @functools.wraps(train)  # Hydra reads the job name off the module of the wrapped function
-    def main(cfg: DictConfig) -> float | None:
-        metrics, _ = train(cfg)
-        return metric_value(metrics, cfg.get("optimized_metric"))
-
-    main.__name__ = main.__qualname__ = "main"
-    main.__doc__ = f"Entry point: ``{train.__module__}.{train.__name__}`` on ``configs/{config_name}.yaml``."
-    return hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name=config_name)(main)
+def training_result(cfg: DictConfig, returned: tuple[dict[str, float], Any]) -> float | None:
+    """What a training entry point returns to a sweeper: ``cfg.optimized_metric`` of the metrics
+    ``train(cfg)`` returned (:func:`metric_value`)."""
+    return metric_value(returned[0], cfg.optimized_metric)
 
 
 def best_checkpoint(trainer: pl.Trainer) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -21,9 +22,10 @@ from neurocrf.data.inputs import InputReader
 from neurocrf.data.schemes import check_scheme
 from neurocrf.inference.batching import DEFAULT_WINDOW, windows
 from neurocrf.inference.collector import frozen_heap
-from neurocrf.inference.output import AtomicOutput, check_output_path, sigterm_raises
+from neurocrf.inference.output import AtomicOutput, check_output_path
 from neurocrf.inference.progress import Progress
 from neurocrf.inference.writers import OUTPUT_FORMATS, Writer, make_writer
+from neurocrf.interrupts import Stopped, stops_raise
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +119,7 @@ class FilePrediction:
         columns = model.token_columns if token_columns is None else list(token_columns)
         options = {"nbest": self.nbest, "precision": precision, "confidences": self.confidences}
         start = time.perf_counter()
-        with (sigterm_raises(), frozen_heap(), AtomicOutput(self.output) as out,
+        with (stops_raise([signal.SIGTERM]), frozen_heap(), AtomicOutput(self.output) as out,
               Progress(self.input.source.size, progress) as bar):
             writer = self.writer(out.handle)
             try:
@@ -130,9 +132,9 @@ class FilePrediction:
                     bar.update(len(window), sum(len(s.tokens) for s in window), self.input.source.bytes_read)
             except BaseException as error:
                 where = "" if self.output == "-" else f"; nothing was written to {self.output}"
+                cause = f"{error.signal_name}" if isinstance(error, Stopped) else f"{type(error).__name__}: {error}"
                 print(f"prediction stopped after {self.input.name}:{self.input.line} (the last line read;"
-                      f" {bar.sentences} sentences predicted) by {type(error).__name__}: {error}{where}",
-                      file=sys.stderr)
+                      f" {bar.sentences} sentences predicted) by {cause}{where}", file=sys.stderr)
                 raise
             out.commit()
         seconds = time.perf_counter() - start
