@@ -42,6 +42,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from neurocrf.cli import help as _help  # noqa: F401 - registers the --help page's resolver
 from neurocrf.cli.utils import CONFIG_DIR
 from neurocrf.interrupts import Stopped, stops_raise
 
@@ -49,13 +50,6 @@ EXIT_INTERNAL = 1
 EXIT_USER = 2
 FULL_ERROR = "HYDRA_FULL_ERROR"
 SHORT_ERRORS = "NEUROCRF_SHORT_ERRORS"  # set by run_tool alone, for the processes it starts
-
-EXIT_STATUSES = (
-    "exit status: 0 done; 2 a user error (bad option, file, input or checkpoint), reported in one line"
-    " 'neurocrf-<tool>: error: <file>:<line>: <problem>' (HYDRA_FULL_ERROR=1 adds the traceback);"
-    " 1 an internal error (with its traceback); 130 stopped by SIGINT, 143 by SIGTERM"
-)
-
 
 class JobFailed(BaseException):
     """The exception of a task function, carried past Hydra's report of failed jobs."""

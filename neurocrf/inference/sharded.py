@@ -221,8 +221,16 @@ class ShardWriter(BasePredictionWriter):
                 self._bar.update(len(shard.sentences), sum(len(s.tokens) for s in shard.sentences),
                                  shard.job.input.source.bytes_read)
         self._reached = f"{shard.job.input.name}:{shard.job.input.line}"
-        if self._stop is not None:
-            self._stop.check()
+        self._stop_if_signalled(trainer)
+
+    def _stop_if_signalled(self, trainer: pl.Trainer) -> None:
+        if self._stop is None or self._stop.pending is None:
+            return
+        if trainer.is_global_zero:
+            print(f"prediction stopped by {signal.Signals(self._stop.pending).name} after"
+                  f" {self._reached or 'the start of the input'} (the last line read); the complete shards are kept"
+                  f" in {self.folder}: the same command again predicts only the others", file=sys.stderr)
+        self._stop.check()
 
     def write_shard(self, shard: _Shard, model: Any) -> None:
         folder = shard_dir(shard.job.output)
@@ -251,18 +259,13 @@ class ShardWriter(BasePredictionWriter):
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
         self._end_loop()
-        if self._stop is not None:
-            self._stop.check()  # a signal after the last batch: stop before merging
+        self._stop_if_signalled(trainer)  # a signal after the last batch: stop before merging
         self._finish(None)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: Any, exception: BaseException) -> None:
         # a rank that fails inside the loop still meets the others at the end, so that they stop
         # too (rather than wait for it until the process group's timeout)
         self._end_loop()
-        if isinstance(exception, Stopped) and trainer.is_global_zero:
-            print(f"prediction {exception} after {self._reached or 'the start of the input'} (the last line read);"
-                  f" the complete shards are kept in {self.folder}: the same command again predicts only the others",
-                  file=sys.stderr)
         self._finish(f"{type(exception).__name__}: {exception}", getattr(exception, "signum", None))
 
     def _finish(self, error: str | None, signum: int | None = None) -> None:
