@@ -67,13 +67,13 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     fmt = str(cfg.format)
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"format must be one of {EXPORT_FORMATS}, got {fmt!r}")
-    output = Path(cfg.get("output") or Path(cfg.paths.output_dir) / f"tagger.{fmt}")
+    output = Path(cfg.output or Path(cfg.paths.output_dir) / f"tagger.{fmt}")
     tagger = Tagger.load(cfg.ckpt_path, map_location="cpu")
     export_tagger(tagger, output, fmt)
     vocabulary = TaggerVocabulary.from_tagger(tagger)
     vocabulary.save(vocabulary_path(output))
     checked = None
-    if cfg.get("check", True):
+    if cfg.check:
         sentences = check_sentences(vocabulary.words)
         inputs = vocabulary.encode(sentences)
         exported = vocabulary.decode(run_exported(output, fmt, inputs), inputs["mask"])

@@ -43,7 +43,7 @@ def extract(cfg: DictConfig) -> dict[str, Any]:
     )
 
     options = treebank_options(to_plain(cfg.treebank))
-    output = Path(cfg.get("output_dir") or cfg.paths.output_dir)
+    output = Path(cfg.output_dir or cfg.paths.output_dir)
     treebanks = load_treebank(options)
     corpora = {}
     roots: set[str] = set()

@@ -52,6 +52,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import set_threads
+from neurocrf.interrupts import STOP_SIGNALS, signal_number, stops_raise
 from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
@@ -65,29 +67,32 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     from neurocrf.inference.sharded import is_distributed, predict_sharded
     from neurocrf.models.tagger import Tagger
 
-    output = str(cfg.get("output") or Path(cfg.paths.output_dir) / f"predictions.{cfg.format}")
-    max_tokens = cfg.get("max_tokens")
+    set_threads(cfg.threads)
+    output = str(cfg.output or Path(cfg.paths.output_dir) / f"predictions.{cfg.format}")
+    stop_signals = (*STOP_SIGNALS, *(signal_number(name) for name in cfg.stop_signals))
     job = FilePrediction(
-        str(cfg.input), output, input_format=str(cfg.get("input_format", "auto")),
-        reader=to_plain(cfg.get("reader"), "reader") or {}, output_format=str(cfg.format),
-        scheme=cfg.get("scheme") or None, confidence=bool(cfg.get("confidence", False)),
-        nbest=int(cfg.get("nbest", 0)), window=int(cfg.get("window", 4096)),
+        str(cfg.input), output, input_format=str(cfg.input_format), reader=to_plain(cfg.reader, "reader") or {},
+        output_format=str(cfg.format), scheme=cfg.scheme, confidence=bool(cfg.confidence), nbest=int(cfg.nbest),
+        window=int(cfg.window),
     )
     log.info("reading %s as %s", cfg.input, job.input.format)
-    model = Tagger.load(cfg.ckpt_path, map_location="cpu")
-    columns = cfg.get("token_columns")
-    options: dict[str, Any] = {
-        "batch_size": int(cfg.get("batch_size", 32)), "max_tokens": None if max_tokens is None else int(max_tokens),
-        "precision": str(cfg.get("precision", "32")), "token_columns": None if columns is None else list(columns),
-    }
-    trainer = to_plain(cfg.get("trainer"), "trainer") or {}
-    if cfg.get("resumable") or is_distributed(trainer):
-        return predict_sharded(job, model, trainer, checkpoint=str(cfg.ckpt_path), progress=cfg.get("progress"),
-                               shared_wait_s=float(cfg.get("shared_wait_s", 10)), **options)
-    accelerator = str(trainer.get("accelerator", "cpu"))
-    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    device = torch.device(cfg.get("device") or ("cuda" if gpu else "cpu"))
-    return job.run(model.to(device), progress=cfg.get("progress"), **options)
+    with stops_raise(stop_signals):
+        model = Tagger.load(cfg.ckpt_path, map_location="cpu")
+        if cfg.scheme is None:
+            job.use_scheme(model.file_scheme)
+        options: dict[str, Any] = {
+            "batch_size": int(cfg.batch_size), "max_tokens": None if cfg.max_tokens is None else int(cfg.max_tokens),
+            "precision": str(cfg.precision),
+            "token_columns": None if cfg.token_columns is None else list(cfg.token_columns),
+        }
+        trainer = to_plain(cfg.trainer, "trainer") or {}
+        if cfg.resumable or is_distributed(trainer):
+            return predict_sharded(job, model, trainer, checkpoint=str(cfg.ckpt_path), progress=cfg.progress,
+                                   shared_wait_s=float(cfg.shared_wait_s), stop_signals=stop_signals, **options)
+        accelerator = str(trainer["accelerator"])
+        gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+        device = torch.device(cfg.device or ("cuda" if gpu else "cpu"))
+        return job.run(model.to(device), progress=cfg.progress, **options)
 
 
 main = tool_main(predict, "predict", "neurocrf-predict")

@@ -79,6 +79,23 @@ def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
     return float(value.item() if hasattr(value, "item") else value)
 
 
+def set_threads(threads: int | None) -> None:
+    """Use ``threads`` torch threads for the operators and as many between them (None: torch's
+    default). The inter-op count can be set once per process, before torch's first parallel
+    work: a later call keeps the count torch has."""
+    import torch
+
+    if threads is None:
+        return
+    if int(threads) < 1:
+        raise ValueError(f"threads must be >= 1 (or null: torch's default), got {threads}")
+    torch.set_num_threads(int(threads))
+    try:
+        torch.set_num_interop_threads(int(threads))
+    except RuntimeError:  # already set, or parallel work already ran in this process
+        log.debug("torch's inter-op threads stay at %d", torch.get_num_interop_threads())
+
+
 def training_result(cfg: DictConfig, returned: tuple[dict[str, float], Any]) -> float | None:
     """What a training entry point returns to a sweeper: ``cfg.optimized_metric`` of the metrics
     ``train(cfg)`` returned (:func:`metric_value`)."""

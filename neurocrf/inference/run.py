@@ -77,6 +77,13 @@ class FilePrediction:
             except ConllFormatError as error:
                 raise ConllFormatError(f"{error}; format=jsonl can hold it") from None
 
+    def use_scheme(self, scheme: str | None) -> None:
+        """Write the tags in ``scheme`` (e.g. the training corpus's, once the model is loaded);
+        None: the model's scheme."""
+        if scheme:
+            check_scheme(scheme)
+        self.scheme = self.spec["scheme"] = scheme
+
     @property
     def raw_columns(self) -> bool:
         """CoNLL output repeats the input's columns (CoNLL input) rather than its tokens."""
