@@ -29,6 +29,7 @@ that setting together with :data:`SHORT_ERRORS`, which keeps their reports short
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 import traceback
@@ -45,6 +46,8 @@ from omegaconf.errors import OmegaConfBaseException
 from neurocrf.cli import help as _help  # noqa: F401 - registers the --help page's resolver
 from neurocrf.cli.utils import CONFIG_DIR
 from neurocrf.interrupts import Stopped, stops_raise
+
+log = logging.getLogger(__name__)
 
 EXIT_INTERNAL = 1
 EXIT_USER = 2
@@ -148,6 +151,20 @@ def _report(prog: str, error: Exception, traceback_wanted: bool) -> None:
     raise SystemExit(EXIT_USER) from None
 
 
+def _no_tips(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("\N{ELECTRIC LIGHT BULB} Tip:")
+
+
+def silence_lightning_tips() -> None:
+    """Drop Lightning's advertisements ("Tip: ... try installing ...") from its log (idempotent)."""
+    lightning = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    if _no_tips not in lightning.filters:
+        lightning.addFilter(_no_tips)
+
+
+silence_lightning_tips()
+
+
 def tool_main(
     task: Callable[[DictConfig], Any], config_name: str, prog: str,
     result: Callable[[DictConfig, Any], float | None] | None = None,
@@ -161,6 +178,8 @@ def tool_main(
     def task_function(cfg: DictConfig) -> float | None:
         try:
             check_mandatory(cfg)
+            log.info("run folder: %s (paths.root_dir=<folder> or NEUROCRF_HOME=<folder> moves it)",
+                     cfg.paths.output_dir)
             returned = task(cfg)
         except Exception as error:
             if HydraConfig.get().mode == RunMode.MULTIRUN:
