@@ -34,7 +34,9 @@ Several devices or machines (``trainer.devices=N``, ``trainer.num_nodes``, ``tra
 run through Lightning's prediction loop, each rank writing shards that are merged in input order:
 the output is byte for byte that of one process, and a re-run after a preemption predicts only the
 shards not complete yet (``resumable=true`` does the same on one device): see
-:mod:`neurocrf.inference.sharded`. On several nodes (``srun``, ``torchrun``,
+:mod:`neurocrf.inference.sharded`. Such a run stopped by SIGINT, SIGTERM or one of ``stop_signals``
+(SLURM's warning signal) finishes the batch in flight, keeps its complete shards and exits with
+``128 + signal`` (130, 143, 138 for SIGUSR1). On several nodes (``srun``, ``torchrun``,
 ``hydra/launcher=submitit_slurm_ddp``) the input, checkpoint and output folder must be on a file
 system that every node shares: :mod:`neurocrf.inference.ranks` checks it before predicting.
 
