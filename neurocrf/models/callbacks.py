@@ -38,7 +38,30 @@ class BestCheckpoint(ModelCheckpoint):
     Resuming in the same directory restores everything as Lightning does. In a new directory the
     best checkpoint of the earlier epochs is copied into it and keeps its score, so later epochs
     replace it only when they beat it; the earlier run's files are never touched.
+
+    ``optimizer_state=False`` leaves the optimizer's and schedulers' states out of the files this
+    callback writes (Adam's are twice the weights): they test, predict and export as well, and a
+    run resumes from ``last.ckpt``. Unlike Lightning's ``save_weights_only``, the callbacks still
+    see each save (:class:`EMAWeights` puts the averaged weights in).
     """
+
+    def __init__(self, *args: Any, optimizer_state: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.optimizer_state = optimizer_state
+        self._saving = False
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        self._saving = True  # tells on_save_checkpoint that the file being written is this callback's
+        try:
+            super()._save_checkpoint(trainer, filepath)
+        finally:
+            self._saving = False
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        if self._saving and not self.optimizer_state:
+            checkpoint.pop("optimizer_states", None)
+            checkpoint.pop("lr_schedulers", None)
 
     def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None, ver: int | None = None,
                                prefix: str | None = None) -> str:
