@@ -67,34 +67,33 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
 
     from neurocrf.inference.run import FilePrediction
     from neurocrf.inference.sharded import is_distributed, predict_sharded
+    from neurocrf.models.predict_options import PredictOptions
     from neurocrf.models.tagger import Tagger
 
     set_threads(cfg.threads)
     output = str(cfg.output or Path(cfg.paths.output_dir) / f"predictions.{cfg.format}")
     stop_signals = (*STOP_SIGNALS, *(signal_number(name) for name in cfg.stop_signals))
+    options = PredictOptions(batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, window=cfg.window, nbest=cfg.nbest,
+                             precision=str(cfg.precision))  # 32 from the command line is a number
     job = FilePrediction(
         str(cfg.input), output, input_format=str(cfg.input_format), reader=to_plain(cfg.reader, "reader") or {},
-        output_format=str(cfg.format), scheme=cfg.scheme, confidence=bool(cfg.confidence), nbest=int(cfg.nbest),
-        window=int(cfg.window),
+        output_format=str(cfg.format), scheme=cfg.scheme, confidence=bool(cfg.confidence), options=options,
     )
     log.info("reading %s as %s", cfg.input, job.input.format)
     with stops_raise(stop_signals):
         model = Tagger.load(cfg.ckpt_path, map_location="cpu")
         if cfg.scheme is None:
             job.use_scheme(model.file_scheme)
-        options: dict[str, Any] = {
-            "batch_size": int(cfg.batch_size), "max_tokens": None if cfg.max_tokens is None else int(cfg.max_tokens),
-            "precision": str(cfg.precision),
-            "token_columns": None if cfg.token_columns is None else list(cfg.token_columns),
-        }
+        columns = None if cfg.token_columns is None else list(cfg.token_columns)
         trainer = to_plain(cfg.trainer, "trainer") or {}
         if cfg.resumable or is_distributed(trainer):
             return predict_sharded(job, model, trainer, checkpoint=str(cfg.ckpt_path), progress=cfg.progress,
-                                   shared_wait_s=float(cfg.shared_wait_s), stop_signals=stop_signals, **options)
+                                   shared_wait_s=float(cfg.shared_wait_s), token_columns=columns,
+                                   stop_signals=stop_signals)
         accelerator = str(trainer["accelerator"])
         gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
         device = torch.device(cfg.device or ("cuda" if gpu else "cpu"))
-        return job.run(model.to(device), progress=cfg.progress, **options)
+        return job.run(model.to(device), progress=cfg.progress, token_columns=columns)
 
 
 main = tool_main(predict, "predict", "neurocrf-predict")

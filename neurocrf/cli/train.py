@@ -37,6 +37,7 @@ from neurocrf.cli.utils import (
     set_threads,
     training_result,
 )
+from neurocrf.conventions import SUMMARY_FILE
 from neurocrf.models.building import build_tagger
 from neurocrf.models.runs import (
     check_no_dev_monitors,
@@ -45,7 +46,6 @@ from neurocrf.models.runs import (
     resume_from_last,
     write_summary,
 )
-from neurocrf.study.runs import SUMMARY_FILE
 
 log = logging.getLogger(__name__)
 
