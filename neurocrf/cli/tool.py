@@ -43,7 +43,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from neurocrf.cli import help as _help  # noqa: F401 - registers the --help page's resolver
 from neurocrf.cli.utils import CONFIG_DIR
 from neurocrf.interrupts import Stopped, stops_raise
 

@@ -20,6 +20,7 @@ import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
+from neurocrf.cli.help import register as register_help_resolver
 from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ def config_dir() -> str:
 
 
 CONFIG_DIR = config_dir()
+register_help_resolver()  # configs/hydra/default.yaml names it: any composition of a tool's config needs it
 os.environ.setdefault(
     "PROJECT_ROOT", str(Path.cwd() if Path(CONFIG_DIR) == PACKAGED_CONFIGS else Path(CONFIG_DIR).parent)
 )
