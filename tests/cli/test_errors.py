@@ -77,13 +77,14 @@ def test_hydra_full_error_adds_the_traceback(files: dict[str, Path], tmp_path: P
     assert done.stderr.rstrip().endswith(f"neurocrf-predict: error: input file not found: {missing}")
 
 
-def test_an_internal_error_keeps_its_traceback_and_exit_status_1(capsys: pytest.CaptureFixture,
+def test_an_internal_error_keeps_its_traceback_and_exit_status_1(capsys: pytest.CaptureFixture, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(cfg: object) -> None:
         raise KeyError("a bug")
 
     main = tool_main(broken, "extract", "neurocrf-extract")
-    monkeypatch.setattr("sys.argv", ["neurocrf-extract", "hydra.run.dir=.", "hydra.output_subdir=null"])
+    monkeypatch.setattr("sys.argv", ["neurocrf-extract", f"hydra.run.dir={tmp_path}", "hydra.output_subdir=null",
+                                     "hydra/job_logging=none", "hydra/hydra_logging=none"])
     with pytest.raises(SystemExit) as stop:
         main()
     err = capsys.readouterr().err
