@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR, to_plain
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +34,12 @@ def draw(cfg: DictConfig) -> Path:
 
     gold, gold_name = read_gold(cfg)
     pred = None
-    if cfg.get("predictions"):
-        pred = read_treebank(cfg.predictions, cfg.get("predictions_format") or "discbracket")
+    if cfg.predictions:
+        pred = read_treebank(cfg.predictions, cfg.predictions_format)
         if len(pred) != len(gold):
             raise ValueError(f"{len(gold)} gold sentences ({gold_name}) but {len(pred)} predicted ones "
                              f"({cfg.predictions})")
-    ids = to_plain(cfg.get("ids"))
+    ids = to_plain(cfg.ids)
     if ids is not None:
         wanted = [str(i) for i in ([ids] if isinstance(ids, (str, int)) else ids)]
         chosen = [k for k, s in enumerate(gold) if s.id in set(wanted)]
@@ -47,13 +47,13 @@ def draw(cfg: DictConfig) -> Path:
         if missing:
             raise ValueError(f"no sentence with id(s) {missing} in {gold_name}")
     else:
-        limit = cfg.get("limit")
+        limit = cfg.limit
         chosen = list(range(len(gold) if limit is None else min(int(limit), len(gold))))
     gold = [gold[k] for k in chosen]
     pred = [pred[k] for k in chosen] if pred is not None else None
-    params = load_params(cfg.get("params"))
-    functions = str(cfg.get("functions", "remove"))
-    output = Path(cfg.get("output") or Path(cfg.paths.output_dir) / "trees.html")
+    params = load_params(cfg.params)
+    functions = str(cfg.functions)
+    output = Path(cfg.output or Path(cfg.paths.output_dir) / "trees.html")
     output.parent.mkdir(parents=True, exist_ok=True)
     if output.suffix.lower() == ".svg":
         if len(gold) != 1:
@@ -63,18 +63,16 @@ def draw(cfg: DictConfig) -> Path:
         else:
             text = tree_svg(pred[0], marks=difference_marks(gold[0], pred[0], params, functions=functions)[1])
     else:
-        title = cfg.get("title") or (f"{cfg.predictions} against {gold_name}" if pred is not None else gold_name)
+        title = cfg.title or (f"{cfg.predictions} against {gold_name}" if pred is not None else gold_name)
         text = trees_html(gold, pred, params=params, functions=functions,
-                          check_ids=bool(cfg.get("check_ids", True)), title=str(title))
+                          check_ids=bool(cfg.check_ids), title=str(title))
     output.write_text(text, encoding="utf-8")
     log.info("%d tree(s) drawn into %s", len(gold), output)
     print(f"wrote {output}")
     return output
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="draw")
-def main(cfg: DictConfig) -> None:
-    draw(cfg)
+main = tool_main(draw, "draw", "neurocrf-draw")
 
 
 if __name__ == "__main__":

@@ -10,13 +10,15 @@ and ``<split>_metrics.json`` into the run directory (or ``report_dir``).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR, float_metrics, instantiate_list, set_seed
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import float_metrics, instantiate_list, set_seed, set_threads
 from neurocrf.conventions import SPLITS
 
 log = logging.getLogger(__name__)
@@ -43,27 +45,46 @@ def align_tags(datamodule: Any, tags: list[str], sentences: list[Any], where: st
         datamodule.tag_to_id = {tag: i for i, tag in enumerate(tags)}
 
 
+def file_only(data: DictConfig, split: str) -> dict[str, Any]:
+    """Options of the data config's module that make it read the evaluated split's file alone
+    (as its training and test file: no other file is read, and no sample corpus generated); none
+    when that file is the built-in sample's own (generated if missing) or the split is cut out of
+    the training file (``dev_fraction``, ``split_fractions``)."""
+    path, sample_dir = data.get(f"{split}_path"), data.get("sample_dir")
+    if data.get("split_fractions") is not None or (split == "dev" and data.get("dev_fraction") is not None):
+        return {}
+    if path is None:
+        if sample_dir:
+            return {}
+        raise ValueError(f"data.{split}_path is not set: give data.{split}_path=<a column file>")
+    if sample_dir and Path(path).resolve().parent == Path(sample_dir).resolve():
+        return {}
+    return {"train_path": path, "dev_path": None, "test_path": path, "sample_dir": None, "dev_fraction": None}
+
+
 def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     """Test ``cfg.ckpt_path`` on ``cfg.split`` of ``cfg.data``; returns metrics and objects."""
     from neurocrf.models.tagger import Tagger
 
-    split = cfg.get("split", "test")
+    split = cfg.split
     if split not in EVALUATION_SPLITS:
         raise ValueError(f"split must be one of {EVALUATION_SPLITS}, got {split!r}")
-    set_seed(cfg.get("seed"))
+    set_threads(cfg.threads)
+    set_seed(cfg.seed)
     model = Tagger.load(cfg.ckpt_path)
     # Read the corpus in the model's scheme so gold and predicted tags compare directly.
     # A model trained on joined columns (word + POS) or on some span types only (data.keep_types)
     # is evaluated the same way unless the data config says otherwise.
     inherited = {key: getattr(model, key) for key in ("token_columns", "keep_types") if cfg.data.get(key) is None}
-    datamodule = hydra.utils.instantiate(cfg.data, scheme=model.scheme, _convert_="all", **inherited)
+    alone = file_only(cfg.data, split)
+    datamodule = hydra.utils.instantiate(cfg.data, scheme=model.scheme, _convert_="all", **inherited, **alone)
     datamodule.prepare_data()
     datamodule.setup("test")
-    sentences = datamodule.dev_sentences if split == "dev" else datamodule.test_sentences
+    sentences = datamodule.dev_sentences if split == "dev" and not alone else datamodule.test_sentences
     align_tags(datamodule, model.tags, sentences, str(cfg.data.get(f"{split}_path")))
     datamodule.set_input_builder(model.encoder.preparer)
 
-    model.report_dir = str(cfg.get("report_dir") or cfg.paths.output_dir)
+    model.report_dir = str(cfg.report_dir or cfg.paths.output_dir)
     model.report_prefix = split
     callbacks = instantiate_list(cfg.get("callbacks"), "callback")
     trainer: pl.Trainer = hydra.utils.instantiate(cfg.trainer, logger=False, callbacks=callbacks, _convert_="all")
@@ -83,10 +104,7 @@ def evaluate(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     return metrics, {"cfg": cfg, "model": model, "datamodule": datamodule, "trainer": trainer}
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
-def main(cfg: DictConfig) -> float | None:
-    metrics, _ = evaluate(cfg)
-    return metrics.get("test/f1")
+main = tool_main(evaluate, "evaluate", "neurocrf-evaluate", lambda cfg, out: out[0].get("test/f1"))
 
 
 if __name__ == "__main__":

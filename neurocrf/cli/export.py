@@ -21,10 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.cli.tool import tool_main
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +67,13 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     fmt = str(cfg.format)
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"format must be one of {EXPORT_FORMATS}, got {fmt!r}")
-    output = Path(cfg.get("output") or Path(cfg.paths.output_dir) / f"tagger.{fmt}")
+    output = Path(cfg.output or Path(cfg.paths.output_dir) / f"tagger.{fmt}")
     tagger = Tagger.load(cfg.ckpt_path, map_location="cpu")
     export_tagger(tagger, output, fmt)
     vocabulary = TaggerVocabulary.from_tagger(tagger)
     vocabulary.save(vocabulary_path(output))
     checked = None
-    if cfg.get("check", True):
+    if cfg.check:
         sentences = check_sentences(vocabulary.words)
         inputs = vocabulary.encode(sentences)
         exported = vocabulary.decode(run_exported(output, fmt, inputs), inputs["mask"])
@@ -86,9 +85,7 @@ def export(cfg: DictConfig) -> dict[str, Any]:
     return {"output": str(output), "vocabulary": str(vocabulary_path(output)), "format": fmt, "checked": checked}
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="export")
-def main(cfg: DictConfig) -> None:
-    export(cfg)
+main = tool_main(export, "export", "neurocrf-export")
 
 
 if __name__ == "__main__":

@@ -23,10 +23,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR, to_plain
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def extract(cfg: DictConfig) -> dict[str, Any]:
     )
 
     options = treebank_options(to_plain(cfg.treebank))
-    output = Path(cfg.get("output_dir") or cfg.paths.output_dir)
+    output = Path(cfg.output_dir or cfg.paths.output_dir)
     treebanks = load_treebank(options)
     corpora = {}
     roots: set[str] = set()
@@ -89,9 +89,7 @@ def format_statistics(stats: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="extract")
-def main(cfg: DictConfig) -> None:
-    extract(cfg)
+main = tool_main(extract, "extract", "neurocrf-extract")
 
 
 if __name__ == "__main__":

@@ -28,10 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR, to_plain
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import to_plain
 from neurocrf.parsing.tree import TreebankSentence
 from neurocrf.parsing.treebank import (
     check_split,
@@ -60,32 +60,32 @@ def load_source(cfg: DictConfig, ids: Sequence[str], words: Sequence[Sequence[st
     from neurocrf.supertagging.ensemble import load_supertagger
     from neurocrf.supertagging.saved_tags import SavedSupertags, tag_and_save
 
-    if cfg.get("tags"):
+    if cfg.tags:
         return SavedSupertags.read(to_plain(cfg.tags)), 0.0
     checkpoints = to_plain(cfg.ckpt_path)
-    model = load_supertagger(checkpoints).to(torch.device(cfg.get("device", "cpu")))
-    if not cfg.get("save_tags"):
+    model = load_supertagger(checkpoints).to(torch.device(cfg.device))
+    if not cfg.save_tags:
         return model, 0.0
     start = time.perf_counter()
-    n = max(int(cfg.get("save_tags_n", 50)), int(cfg.get("k", 10)), int(cfg.get("fallback_k") or 0))
-    saved = tag_and_save(model, cfg.save_tags, ids, words, n=n, batch_size=int(cfg.get("batch_size", 64)),
+    n = max(int(cfg.save_tags_n), int(cfg.k), int(cfg.fallback_k or 0))
+    saved = tag_and_save(model, cfg.save_tags, ids, words, n=n, batch_size=int(cfg.batch_size),
                          sources=[checkpoints] if isinstance(checkpoints, str) else list(checkpoints))
     return saved, time.perf_counter() - start
 
 
 def check_sources(cfg: DictConfig, has_treebank: bool) -> None:
     """Exactly one of ``ckpt_path``, ``tags`` and ``oracle=true``, and what each needs."""
-    oracle = bool(cfg.get("oracle", False))
-    check_split(cfg.get("split", "test"))
-    if oracle and (cfg.get("input") or not has_treebank):
+    oracle = bool(cfg.oracle)
+    check_split(cfg.split)
+    if oracle and (cfg.input or not has_treebank):
         raise ValueError("oracle=true needs gold trees: give treebank=<name> and split, not input")
-    sources = [name for name, given in (("ckpt_path", cfg.get("ckpt_path")), ("tags", cfg.get("tags")),
+    sources = [name for name, given in (("ckpt_path", cfg.ckpt_path), ("tags", cfg.tags),
                                         ("oracle=true", oracle)) if given]
     if not sources:
         raise ValueError("ckpt_path is required (or tags=<saved tag files>, or oracle=true)")
     if len(sources) > 1:
         raise ValueError(f"give one of ckpt_path, tags and oracle=true, not {' and '.join(sources)}")
-    if cfg.get("save_tags") and not cfg.get("ckpt_path"):
+    if cfg.save_tags and not cfg.ckpt_path:
         raise ValueError("save_tags writes a model's output: it needs ckpt_path")
 
 
@@ -95,37 +95,37 @@ def parse(cfg: DictConfig) -> dict[str, Any]:
 
     options = treebank_options(to_plain(cfg.get("treebank"))) if cfg.get("treebank") else None
     check_sources(cfg, options is not None)
-    limits = {"time_limit": cfg.get("time_limit", 5.0), "max_items": cfg.get("max_items", 1_000_000)}
+    limits = {"time_limit": cfg.time_limit, "max_items": cfg.max_items}
     gold: list[TreebankSentence] | None = None
-    if cfg.get("input"):
+    if cfg.input:
         ids, words = read_sentences(cfg.input)
     elif options is not None:
         splits = load_treebank(options)
-        gold = select_split(splits, cfg.get("split", "test"))
+        gold = select_split(splits, cfg.split)
         ids, words = [s.id for s in gold], [s.words for s in gold]
     else:
         raise ValueError("give input=<text file> or treebank=<name> (with split=...)")
 
-    if cfg.get("oracle", False):
+    if cfg.oracle:
         assert gold is not None and options is not None
         transform = {key: options[key] for key in ("move_punctuation", "h", "v")}
         train_roots = supertag_corpus(splits["train"], **transform)[1]
         run = oracle_parse(gold, sorted(train_roots), **transform, **limits)
-        report = summarize(run, gold, params=cfg.get("params"))
+        report = summarize(run, gold, params=cfg.params)
     else:
         source, saving_seconds = load_source(cfg, ids, words)
-        run = tag_and_parse(source, ids, words, k=int(cfg.get("k", 10)), **limits,
-                            batch_size=int(cfg.get("batch_size", 64)), fallback_k=cfg.get("fallback_k"))
+        run = tag_and_parse(source, ids, words, k=int(cfg.k), **limits,
+                            batch_size=int(cfg.batch_size), fallback_k=cfg.fallback_k)
         run.tagging_seconds += saving_seconds
         supertags, preterminals = gold_tags(gold, source.transform) if gold is not None else (None, None)
-        report = summarize(run, gold, params=cfg.get("params"), gold_supertags=supertags,
+        report = summarize(run, gold, params=cfg.params, gold_supertags=supertags,
                            gold_preterminals=preterminals, known_supertags=source.supertags)
-        if cfg.get("tags"):
+        if cfg.tags:
             report["tags"] = to_plain(cfg.tags)
-        if cfg.get("save_tags"):
+        if cfg.save_tags:
             report["saved_tags"] = str(cfg.save_tags)
 
-    output = cfg.get("output") or str(Path(cfg.paths.output_dir) / "parse.discbracket")
+    output = cfg.output or str(Path(cfg.paths.output_dir) / "parse.discbracket")
     paths = write_run(run, report, output)
     report["output"] = [str(p) for p in paths]
     print(format_parse_report(report), end="")
@@ -133,10 +133,7 @@ def parse(cfg: DictConfig) -> dict[str, Any]:
     return report
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="parse")
-def main(cfg: DictConfig) -> float | None:
-    report = parse(cfg)
-    return report.get("f1")
+main = tool_main(parse, "parse", "neurocrf-parse", lambda cfg, report: report.get("f1"))
 
 
 if __name__ == "__main__":

@@ -22,10 +22,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR, to_plain
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +36,10 @@ def read_gold(cfg: DictConfig) -> tuple[list, str]:
     from neurocrf.parsing import read_treebank
     from neurocrf.parsing.treebank import load_split
 
-    if cfg.get("gold"):
-        return read_treebank(cfg.gold, cfg.get("gold_format")), str(cfg.gold)
-    if cfg.get("treebank"):
-        split = cfg.get("split", "test")
+    if cfg.gold:
+        return read_treebank(cfg.gold, cfg.gold_format), str(cfg.gold)
+    if cfg.get("treebank"):  # an optional group: absent unless chosen
+        split = cfg.split
         name = cfg.treebank.get("name") or cfg.treebank.path
         return load_split(to_plain(cfg.treebank), split), f"treebank {name} ({split})"
     raise ValueError("give gold=<treebank file> or treebank=<name> with split=...")
@@ -50,13 +50,13 @@ def evaluate_predictions(cfg: DictConfig) -> dict[str, Any]:
     from neurocrf.parsing import evaluate, format_report, read_treebank, write_treebank
 
     gold, gold_name = read_gold(cfg)
-    pred = read_treebank(cfg.predictions, cfg.get("predictions_format") or "discbracket")
-    scores = evaluate(gold, pred, cfg.get("params"), check_ids=bool(cfg.get("check_ids", True)),
-                      functions=str(cfg.get("functions", "remove")), disc_only=bool(cfg.get("disc_only", False)),
+    pred = read_treebank(cfg.predictions, cfg.predictions_format)
+    scores = evaluate(gold, pred, cfg.params, check_ids=bool(cfg.check_ids),
+                      functions=str(cfg.functions), disc_only=bool(cfg.disc_only),
                       sources=(gold_name, str(cfg.predictions)))
     text = format_report(scores)
     print(text)
-    directory = Path(cfg.get("report_dir") or cfg.paths.output_dir)
+    directory = Path(cfg.report_dir or cfg.paths.output_dir)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "parse_evaluation.json").write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
     (directory / "parse_evaluation.txt").write_text(text + "\n", encoding="utf-8")
@@ -67,9 +67,8 @@ def evaluate_predictions(cfg: DictConfig) -> dict[str, Any]:
     return scores
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="parse_evaluate")
-def main(cfg: DictConfig) -> float:
-    return float(evaluate_predictions(cfg)["f1"])
+main = tool_main(evaluate_predictions, "parse_evaluate", "neurocrf-parse-evaluate",
+                 lambda cfg, report: float(report["f1"]))
 
 
 if __name__ == "__main__":

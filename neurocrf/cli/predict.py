@@ -34,7 +34,9 @@ Several devices or machines (``trainer.devices=N``, ``trainer.num_nodes``, ``tra
 run through Lightning's prediction loop, each rank writing shards that are merged in input order:
 the output is byte for byte that of one process, and a re-run after a preemption predicts only the
 shards not complete yet (``resumable=true`` does the same on one device): see
-:mod:`neurocrf.inference.sharded`. On several nodes (``srun``, ``torchrun``,
+:mod:`neurocrf.inference.sharded`. Such a run stopped by SIGINT, SIGTERM or one of ``stop_signals``
+(SLURM's warning signal) finishes the batch in flight, keeps its complete shards and exits with
+``128 + signal`` (130, 143, 138 for SIGUSR1). On several nodes (``srun``, ``torchrun``,
 ``hydra/launcher=submitit_slurm_ddp``) the input, checkpoint and output folder must be on a file
 system that every node shares: :mod:`neurocrf.inference.ranks` checks it before predicting.
 
@@ -49,10 +51,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import CONFIG_DIR
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import set_threads
+from neurocrf.interrupts import STOP_SIGNALS, signal_number, stops_raise
 from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
@@ -67,32 +70,33 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
     from neurocrf.models.predict_options import PredictOptions
     from neurocrf.models.tagger import Tagger
 
-    output = str(cfg.get("output") or Path(cfg.paths.output_dir) / f"predictions.{cfg.format}")
+    set_threads(cfg.threads)
+    output = str(cfg.output or Path(cfg.paths.output_dir) / f"predictions.{cfg.format}")
+    stop_signals = (*STOP_SIGNALS, *(signal_number(name) for name in cfg.stop_signals))
     options = PredictOptions(batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, window=cfg.window, nbest=cfg.nbest,
                              precision=str(cfg.precision))  # 32 from the command line is a number
     job = FilePrediction(
-        str(cfg.input), output, input_format=str(cfg.get("input_format", "auto")),
-        reader=to_plain(cfg.get("reader"), "reader") or {}, output_format=str(cfg.format),
-        scheme=cfg.get("scheme") or None, confidence=bool(cfg.get("confidence", False)),
-        options=options,
+        str(cfg.input), output, input_format=str(cfg.input_format), reader=to_plain(cfg.reader, "reader") or {},
+        output_format=str(cfg.format), scheme=cfg.scheme, confidence=bool(cfg.confidence), options=options,
     )
     log.info("reading %s as %s", cfg.input, job.input.format)
-    model = Tagger.load(cfg.ckpt_path, map_location="cpu")
-    columns = cfg.get("token_columns")
-    columns = None if columns is None else list(columns)
-    trainer = to_plain(cfg.get("trainer"), "trainer") or {}
-    if cfg.get("resumable") or is_distributed(trainer):
-        return predict_sharded(job, model, trainer, checkpoint=str(cfg.ckpt_path), progress=cfg.get("progress"),
-                               shared_wait_s=float(cfg.get("shared_wait_s", 10)), token_columns=columns)
-    accelerator = str(trainer.get("accelerator", "cpu"))
-    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    device = torch.device(cfg.get("device") or ("cuda" if gpu else "cpu"))
-    return job.run(model.to(device), progress=cfg.get("progress"), token_columns=columns)
+    with stops_raise(stop_signals):
+        model = Tagger.load(cfg.ckpt_path, map_location="cpu")
+        if cfg.scheme is None:
+            job.use_scheme(model.file_scheme)
+        columns = None if cfg.token_columns is None else list(cfg.token_columns)
+        trainer = to_plain(cfg.trainer, "trainer") or {}
+        if cfg.resumable or is_distributed(trainer):
+            return predict_sharded(job, model, trainer, checkpoint=str(cfg.ckpt_path), progress=cfg.progress,
+                                   shared_wait_s=float(cfg.shared_wait_s), token_columns=columns,
+                                   stop_signals=stop_signals)
+        accelerator = str(trainer["accelerator"])
+        gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+        device = torch.device(cfg.device or ("cuda" if gpu else "cpu"))
+        return job.run(model.to(device), progress=cfg.progress, token_columns=columns)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")
-def main(cfg: DictConfig) -> None:
-    predict(cfg)
+main = tool_main(predict, "predict", "neurocrf-predict")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ from neurocrf.study.report import DEFAULT_BASELINE, DEFAULT_RNG_SEED, DEFAULT_SH
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="neurocrf-report", description="Tables, significance tests and a plot of a sweep's runs."
+        prog="neurocrf-report", description="Tables, significance tests and a plot of a sweep's runs.",
+        epilog="exit status: 0 done; 2 a user error (a bad option, a folder without runs), reported in one line",
     )
     parser.add_argument("root", help="a sweep folder (e.g. logs/crf_study) or one corpus's folder in it")
     parser.add_argument("--output", default=None, help="folder for report.md, report.json, f1_per_seed.png"
@@ -39,14 +40,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.shuffles < 1:
-        print("neurocrf-report: --shuffles must be >= 1", file=sys.stderr)
+        print("neurocrf-report: error: --shuffles must be >= 1", file=sys.stderr)
         return 2
     try:
         written = write_report(args.root, args.output, baseline=args.baseline, shuffles=args.shuffles,
                                rng_seed=args.rng_seed, plot=not args.no_plot)
     except (OSError, ValueError) as error:
-        print(f"neurocrf-report: {error}", file=sys.stderr)
-        return 1
+        print(f"neurocrf-report: error: {error}", file=sys.stderr)
+        return 2
     print(written["markdown"].read_text(encoding="utf-8"), end="")
     for path in written.values():
         print(f"wrote {path}")

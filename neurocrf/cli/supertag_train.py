@@ -29,7 +29,8 @@ import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import best_checkpoint, float_metrics, instantiate_list, log_config, set_seed, training_main
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import best_checkpoint, float_metrics, instantiate_list, log_config, set_seed, training_result
 from neurocrf.models.building import start_options
 from neurocrf.models.checkpoints import SUPERTAGGER, read_checkpoint
 from neurocrf.values import to_plain
@@ -51,9 +52,9 @@ def build_datamodule(cfg: DictConfig, source: tuple[str, dict[str, Any]] | None 
     its auxiliary annotations are those of the ``source`` checkpoint's heads if given, else ``cfg.heads``."""
     from neurocrf.supertagging.data import SupertagDataModule
 
-    data = dict(to_plain(cfg.get("data")) or {})
-    data.setdefault("seed", cfg.get("seed") or 0)
-    heads = source[1]["hyper_parameters"]["heads"] if source else to_plain(cfg.get("heads"))
+    data = dict(to_plain(cfg.data) or {})
+    data.setdefault("seed", cfg.seed or 0)
+    heads = source[1]["hyper_parameters"]["heads"] if source else to_plain(cfg.heads)
     data["auxiliary"] = list((heads or {}).get("auxiliary") or {})
     if bool(data.get("teacher")) != bool((heads or {}).get("distill")):
         raise ValueError("knowledge distillation needs both heads.distill (its weight, > 0) and data.teacher "
@@ -78,9 +79,9 @@ def build_model(cfg: DictConfig, datamodule: Any, source: tuple[str, dict[str, A
         for name in ("supertags", "preterminals"):
             if hparams[name] != getattr(datamodule, name):
                 raise ValueError(f"{path}: the checkpoint's {name} differ from the treebank's")
-        if not cfg.get("init_from"):
+        if not cfg.init_from:
             return Supertagger(**hparams, restore=True)
-        hparams.update(optimizer=to_plain(cfg.optimizer), scheduler=to_plain(cfg.get("scheduler")),
+        hparams.update(optimizer=to_plain(cfg.optimizer), scheduler=to_plain(cfg.scheduler),
                        config=run_config)
         model = Supertagger(**hparams, restore=True)
         model.load_state_dict(checkpoint["state_dict"])
@@ -97,9 +98,9 @@ def build_model(cfg: DictConfig, datamodule: Any, source: tuple[str, dict[str, A
         roots=list(datamodule.roots),
         auxiliary_labels=dict(datamodule.auxiliary_labels),
         optimizer=to_plain(cfg.optimizer),
-        scheduler=to_plain(cfg.get("scheduler")),
-        heads=to_plain(cfg.get("heads")),
-        parsing=to_plain(cfg.get("parsing")),
+        scheduler=to_plain(cfg.scheduler),
+        heads=to_plain(cfg.heads),
+        parsing=to_plain(cfg.parsing),
         transform={"move_punctuation": bool(options["move_punctuation"]), "h": int(options["h"]),
                    "v": int(options["v"]), "treebank": options.get("name")},
         config=run_config,
@@ -110,21 +111,21 @@ def final_parse(cfg: DictConfig, model: Any, datamodule: Any) -> dict[str, float
     """Parse ``cfg.final_parse.splits`` with ``model``; returns ``parse_<split>/<metric>`` floats."""
     from neurocrf.supertagging.pipeline import summarize, tag_and_parse, write_run
 
-    settings = to_plain(cfg.get("final_parse")) or {}
+    settings = to_plain(cfg.final_parse) or {}
     parsing = model.parsing
     metrics: dict[str, float] = {}
-    for split in settings.get("splits", ["dev", "test"]):
+    for split in settings["splits"]:
         gold = datamodule.gold_treebank(split)
         if not gold:
             continue
         run = tag_and_parse(model, [s.id for s in gold], [s.words for s in gold],
-                            k=int(settings.get("k") or parsing["k"]),
-                            time_limit=settings.get("time_limit", parsing["time_limit"]),
+                            k=int(settings["k"] or parsing["k"]),
+                            time_limit=settings["time_limit"],
                             max_items=parsing["max_items"],
-                            batch_size=int(settings.get("batch_size", 64)),
-                            fallback_k=settings.get("fallback_k"))
+                            batch_size=int(settings["batch_size"]),
+                            fallback_k=settings["fallback_k"])
         corpus = datamodule.corpora[split]
-        report = summarize(run, gold, params=settings.get("params"),
+        report = summarize(run, gold, params=settings["params"],
                            gold_supertags=[s.supertags for s in corpus],
                            gold_preterminals=[s.preterminals for s in corpus],
                            known_supertags=model.supertags)
@@ -142,7 +143,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     """Fit, test and parse; returns the metrics (floats) and the objects built."""
     from neurocrf.supertagging.supertagger import Supertagger
 
-    set_seed(cfg.get("seed"))
+    set_seed(cfg.seed)
     source = source_checkpoint(cfg)
     datamodule = build_datamodule(cfg, source)
     summary = datamodule.summary()
@@ -156,16 +157,16 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
                                                   _convert_="all")
     log_config(loggers, cfg, {"data": summary})
     objects: dict[str, Any] = {"cfg": cfg, "datamodule": datamodule, "model": model, "trainer": trainer}
-    if cfg.get("train", True):
-        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    if cfg.train:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
     metrics = float_metrics(trainer.callback_metrics)
 
     best = best_checkpoint(trainer)
     objects["ckpt_path"] = best
-    if cfg.get("test", True):
+    if cfg.test:
         trainer.test(model, datamodule=datamodule, ckpt_path=best)
         metrics.update(float_metrics(trainer.callback_metrics))
-    if cfg.get("final_parse") and cfg.final_parse.get("splits") and trainer.is_global_zero:
+    if cfg.final_parse and cfg.final_parse.splits and trainer.is_global_zero:
         parser_model = Supertagger.load(best).to(model.device) if best else model.eval()
         metrics.update(final_parse(cfg, parser_model, datamodule))
     if trainer.is_global_zero:
@@ -174,7 +175,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     return metrics, objects
 
 
-main = training_main(train, "supertag")
+main = tool_main(train, "supertag", "neurocrf-supertag", training_result)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,16 @@ import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
-from neurocrf.cli.utils import best_checkpoint, float_metrics, instantiate_list, log_config, set_seed, training_main
+from neurocrf.cli.tool import tool_main
+from neurocrf.cli.utils import (
+    best_checkpoint,
+    float_metrics,
+    instantiate_list,
+    log_config,
+    set_seed,
+    set_threads,
+    training_result,
+)
 from neurocrf.conventions import SUMMARY_FILE
 from neurocrf.models.building import build_tagger
 from neurocrf.models.runs import (
@@ -43,13 +52,14 @@ log = logging.getLogger(__name__)
 
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     """Fit and test; returns the logged metrics (floats) and the objects built."""
-    if cfg.get("resume"):
+    if cfg.resume:
         finished = finished_summary(Path(cfg.paths.output_dir))
         if finished is not None:
             log.info("resume: %s holds a finished run (%s): skipped", cfg.paths.output_dir, SUMMARY_FILE)
             return finished["metrics"], {"cfg": cfg, "summary": finished}
         resume_from_last(cfg)
-    set_seed(cfg.get("seed"))
+    set_threads(cfg.threads)
+    set_seed(cfg.seed)
 
     log.info("instantiating data <%s>", cfg.data.get("_target_"))
     datamodule = hydra.utils.instantiate(cfg.data, _convert_="all")
@@ -76,20 +86,20 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
 
     objects = {"cfg": cfg, "datamodule": datamodule, "model": model, "trainer": trainer}
     final_ckpt: str | None = None
-    if cfg.get("train", True):
-        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    if cfg.train:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
         # before testing: trainer.test(ckpt_path=...) restores the callbacks' states of that checkpoint
         objects["epochs"], objects["best_epoch"] = epoch_records(callbacks)
-        if best_checkpoint(trainer) is None and cfg.get("save_final", True):
+        if best_checkpoint(trainer) is None and cfg.save_final:
             final_ckpt = str(Path(cfg.paths.output_dir) / "checkpoints" / "final.ckpt")
             trainer.save_checkpoint(final_ckpt, weights_only=True)
             log.info("no checkpoint callback saved the model: final weights written to %s", final_ckpt)
     metrics = float_metrics(trainer.callback_metrics)
 
-    if cfg.get("test", True):
+    if cfg.test:
         ckpt_path = best_checkpoint(trainer)
-        if ckpt_path is None and not cfg.get("train", True):
-            ckpt_path = cfg.get("ckpt_path")
+        if ckpt_path is None and not cfg.train:
+            ckpt_path = cfg.ckpt_path
         if ckpt_path is None:
             log.warning("no best checkpoint found: testing the current weights%s",
                         f" (saved as {final_ckpt})" if final_ckpt else "")
@@ -102,12 +112,12 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
             print(f"report: {cfg.paths.output_dir}/test_report.txt")
         objects["ckpt_path"] = ckpt_path
     objects["final_ckpt"] = final_ckpt
-    if trainer.is_global_zero and cfg.get("train", True):
+    if trainer.is_global_zero and cfg.train:
         objects["summary"] = write_summary(cfg, metrics, objects)
     return metrics, objects
 
 
-main = training_main(train, "train")
+main = tool_main(train, "train", "neurocrf-train", training_result)
 
 
 if __name__ == "__main__":

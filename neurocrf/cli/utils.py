@@ -10,10 +10,9 @@ directory when the configs are the installed copy.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
+from neurocrf.cli.help import register as register_help_resolver
 from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ def config_dir() -> str:
 
 
 CONFIG_DIR = config_dir()
+register_help_resolver()  # configs/hydra/default.yaml names it: any composition of a tool's config needs it
 os.environ.setdefault(
     "PROJECT_ROOT", str(Path.cwd() if Path(CONFIG_DIR) == PACKAGED_CONFIGS else Path(CONFIG_DIR).parent)
 )
@@ -80,23 +81,27 @@ def metric_value(metrics: Mapping[str, Any], name: str | None) -> float | None:
     return float(value.item() if hasattr(value, "item") else value)
 
 
-def training_main(
-    train: Callable[[DictConfig], tuple[dict[str, float], dict[str, Any]]], config_name: str
-) -> Callable[..., float | None]:
-    """The Hydra entry point ``main()`` of a training function: it composes
-    ``configs/<config_name>.yaml`` with the command line, runs ``train(cfg)`` (which returns its
-    metrics and the objects it built) and returns ``cfg.optimized_metric`` for sweepers
-    (:func:`metric_value`). Hydra names the job after ``train``'s module, as if ``main`` were
-    written there."""
+def set_threads(threads: int | None) -> None:
+    """Use ``threads`` torch threads for the operators and as many between them (None: torch's
+    default). The inter-op count can be set once per process, before torch's first parallel
+    work: a later call keeps the count torch has."""
+    import torch
 
-    @functools.wraps(train)  # Hydra reads the job name off the module of the wrapped function
-    def main(cfg: DictConfig) -> float | None:
-        metrics, _ = train(cfg)
-        return metric_value(metrics, cfg.get("optimized_metric"))
+    if threads is None:
+        return
+    if int(threads) < 1:
+        raise ValueError(f"threads must be >= 1 (or null: torch's default), got {threads}")
+    torch.set_num_threads(int(threads))
+    try:
+        torch.set_num_interop_threads(int(threads))
+    except RuntimeError:  # already set, or parallel work already ran in this process
+        log.debug("torch's inter-op threads stay at %d", torch.get_num_interop_threads())
 
-    main.__name__ = main.__qualname__ = "main"
-    main.__doc__ = f"Entry point: ``{train.__module__}.{train.__name__}`` on ``configs/{config_name}.yaml``."
-    return hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name=config_name)(main)
+
+def training_result(cfg: DictConfig, returned: tuple[dict[str, float], Any]) -> float | None:
+    """What a training entry point returns to a sweeper: ``cfg.optimized_metric`` of the metrics
+    ``train(cfg)`` returned (:func:`metric_value`)."""
+    return metric_value(returned[0], cfg.optimized_metric)
 
 
 def best_checkpoint(trainer: pl.Trainer) -> str | None:

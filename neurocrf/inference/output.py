@@ -3,8 +3,8 @@
 :class:`AtomicOutput` writes to a temporary file in the output's folder (gzip-compressed when the
 output's name ends in ``.gz``, with a fixed header so that equal text gives equal bytes) and
 renames it onto the output only when :meth:`~AtomicOutput.commit` is called: an exception, a
-``KeyboardInterrupt`` or a SIGTERM (see :func:`sigterm_raises`) before that removes the temporary
-file and leaves the output path as it was. ``"-"`` writes to standard output as results come
+``KeyboardInterrupt`` or a stop signal (:mod:`neurocrf.interrupts`) before that removes the
+temporary file and leaves the output path as it was. ``"-"`` writes to standard output as results come
 (nothing can be taken back there).
 """
 
@@ -14,38 +14,13 @@ import contextlib
 import gzip
 import io
 import os
-import signal
 import sys
 import tempfile
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import TextIO
 
 from neurocrf.data.streams import STDIN, is_gzip
-
-
-class Terminated(KeyboardInterrupt):
-    """Raised in the main thread when the process receives SIGTERM (the run cleans up as for
-    Ctrl-C, then the process ends)."""
-
-
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """Inside this block a SIGTERM raises :class:`Terminated` (main thread only; elsewhere a no-op)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Terminated("terminated by SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def check_output_path(output: str) -> None:

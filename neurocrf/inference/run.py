@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -20,9 +21,10 @@ from typing import Any
 from neurocrf.data.conll import ConllFormatError, Sentence, check_writable
 from neurocrf.data.inputs import InputReader
 from neurocrf.data.schemes import check_scheme
-from neurocrf.inference.output import AtomicOutput, check_output_path, sigterm_raises
+from neurocrf.inference.output import AtomicOutput, check_output_path
 from neurocrf.inference.progress import Progress
 from neurocrf.inference.writers import OUTPUT_FORMATS, ConllWriter, JsonlWriter, Writer
+from neurocrf.interrupts import Stopped, stops_raise
 from neurocrf.models.batching import windows
 from neurocrf.models.collector import frozen_heap
 from neurocrf.models.predict_options import PredictOptions
@@ -80,6 +82,13 @@ class FilePrediction:
             except ConllFormatError as error:
                 raise ConllFormatError(f"{error}; format=jsonl can hold it") from None
 
+    def use_scheme(self, scheme: str | None) -> None:
+        """Write the tags in ``scheme`` (e.g. the training corpus's, once the model is loaded);
+        None: the model's scheme."""
+        if scheme:
+            check_scheme(scheme)
+        self.scheme = self.spec["scheme"] = scheme
+
     @property
     def raw_columns(self) -> bool:
         """CoNLL output repeats the input's columns (CoNLL input) rather than its tokens."""
@@ -115,7 +124,7 @@ class FilePrediction:
         token; ``progress`` shows the bar (None: when stderr is a terminal)."""
         columns = model.token_columns if token_columns is None else list(token_columns)
         start = time.perf_counter()
-        with (sigterm_raises(), frozen_heap(), AtomicOutput(self.output) as out,
+        with (stops_raise([signal.SIGTERM]), frozen_heap(), AtomicOutput(self.output) as out,
               Progress(self.input.source.size, progress) as bar):
             writer = self.writer(out.handle)
             try:
@@ -127,9 +136,9 @@ class FilePrediction:
                     bar.update(len(window), sum(len(s.tokens) for s in window), self.input.source.bytes_read)
             except BaseException as error:
                 where = "" if self.output == "-" else f"; nothing was written to {self.output}"
+                cause = f"{error.signal_name}" if isinstance(error, Stopped) else f"{type(error).__name__}: {error}"
                 print(f"prediction stopped after {self.input.name}:{self.input.line} (the last line read;"
-                      f" {bar.sentences} sentences predicted) by {type(error).__name__}: {error}{where}",
-                      file=sys.stderr)
+                      f" {bar.sentences} sentences predicted) by {cause}{where}", file=sys.stderr)
                 raise
             out.commit()
         seconds = time.perf_counter() - start

@@ -34,7 +34,9 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -49,10 +51,11 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from neurocrf.data.conll import atomic_write_text
 from neurocrf.data.streams import STDIN
-from neurocrf.inference.output import AtomicOutput, sigterm_raises
+from neurocrf.inference.output import AtomicOutput
 from neurocrf.inference.progress import Progress
 from neurocrf.inference.ranks import JOB_FILE, SHARED_WAIT_S, agree_on_folder, agree_on_job, gather, read_token
 from neurocrf.inference.run import FilePrediction, check_prediction, model_tokens
+from neurocrf.interrupts import STOP_SIGNALS, DeferredStop, Stopped, stops_raise
 from neurocrf.models.batching import plan_batches, windows
 from neurocrf.models.collector import frozen_heap
 from neurocrf.models.distributed import destroy_process_group_at_exit
@@ -163,13 +166,20 @@ class ShardWriter(BasePredictionWriter):
     (``token``, in each record this run writes), then the ranks check that they all see it
     (:mod:`neurocrf.inference.ranks`). At the end of the loop, or when a rank fails in it, the
     ranks meet once more: each learns which rank and host wrote which shard in this run
-    (``written_by``), and the others stop with the error of a rank that failed."""
+    (``written_by``), and the others stop with the error of a rank that failed.
+
+    In the loop, a stop signal (``stop_signals``: SIGINT, SIGTERM and e.g. SLURM's warning signal)
+    is passed on to the launcher's worker processes and stops each rank after the batch in
+    flight, with :class:`~neurocrf.interrupts.Stopped`: the complete shards stay for the next run."""
 
     def __init__(self, key: str, output: str, progress: bool | None = None,
-                 shared_wait_s: float = SHARED_WAIT_S) -> None:
+                 shared_wait_s: float = SHARED_WAIT_S, stop_signals: tuple[int, ...] = STOP_SIGNALS) -> None:
         super().__init__(write_interval="batch")
         self.key, self.output, self.folder, self.progress = key, output, shard_dir(output), progress
         self.shared_wait_s = shared_wait_s
+        self.stop_signals = tuple(stop_signals)
+        self._stop: DeferredStop | None = None
+        self._reached = ""
         self.token, self._in_loop = "", False
         self.written: list[int] = []
         self.written_by: dict[int, str] = {}
@@ -193,6 +203,12 @@ class ShardWriter(BasePredictionWriter):
         agree_on_folder(views, self.folder, self.token, self.shared_wait_s)
         self._in_loop = True
 
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        # after Lightning's own SIGTERM handler, which only logs the signal in a prediction loop
+        launcher = trainer.strategy.launcher
+        self._stop = DeferredStop(self.stop_signals, lambda: getattr(launcher, "procs", None) or ())
+        self._stop.install()
+
     def write_on_batch_end(self, trainer: pl.Trainer, pl_module: Any, prediction: Any, batch_indices: Any,
                            batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         shard: _Shard = batch["shard"]
@@ -205,6 +221,17 @@ class ShardWriter(BasePredictionWriter):
                     self._bar = Progress(shard.job.input.source.size, self.progress, "predict (rank 0)")
                 self._bar.update(len(shard.sentences), sum(len(s.tokens) for s in shard.sentences),
                                  shard.job.input.source.bytes_read)
+        self._reached = f"{shard.job.input.name}:{shard.job.input.line}"
+        self._stop_if_signalled(trainer)
+
+    def _stop_if_signalled(self, trainer: pl.Trainer) -> None:
+        if self._stop is None or self._stop.pending is None:
+            return
+        if trainer.is_global_zero:
+            print(f"prediction stopped by {signal.Signals(self._stop.pending).name} after"
+                  f" {self._reached or 'the start of the input'} (the last line read); the complete shards are kept"
+                  f" in {self.folder}: the same command again predicts only the others", file=sys.stderr)
+        self._stop.check()
 
     def write_shard(self, shard: _Shard, model: Any) -> None:
         folder = shard_dir(shard.job.output)
@@ -224,27 +251,38 @@ class ShardWriter(BasePredictionWriter):
         self.written.append(shard.index)
         log.info("shard %d: %d sentences written", shard.index, record["sentences"])
 
-    def on_predict_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
+    def _end_loop(self) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        if self._stop is not None:
+            self._stop.restore()
+
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        self._end_loop()
+        self._stop_if_signalled(trainer)  # a signal after the last batch: stop before merging
         self._finish(None)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: Any, exception: BaseException) -> None:
         # a rank that fails inside the loop still meets the others at the end, so that they stop
         # too (rather than wait for it until the process group's timeout)
-        self._finish(f"{type(exception).__name__}: {exception}")
+        self._end_loop()
+        self._finish(f"{type(exception).__name__}: {exception}", getattr(exception, "signum", None))
 
-    def _finish(self, error: str | None) -> None:
+    def _finish(self, error: str | None, signum: int | None = None) -> None:
         """Exchange, once per run and only after ``setup`` succeeded, what each rank wrote and
-        whether it failed; a rank that failed stops every other rank."""
+        whether it failed; a rank that failed stops every other rank (a rank stopped by a signal
+        stops them as by that signal)."""
         if not self._in_loop:
             return
         self._in_loop = False
-        ends = gather({"host": socket.gethostname(), "written": self.written, "error": error})
+        ends = gather({"host": socket.gethostname(), "written": self.written, "error": error, "signal": signum})
         for rank, end in enumerate(ends):
             self.written_by.update((shard, f"rank {rank} on {end['host']}") for shard in end["written"])
         failed = [f"rank {rank} on {end['host']} ({end['error']})" for rank, end in enumerate(ends) if end["error"]]
+        stopped = [end["signal"] for end in ends if end.get("signal")]
+        if stopped and error is None:
+            raise Stopped(stopped[0])
         if failed and error is None:
             raise RuntimeError(f"{'; '.join(failed)} stopped the run; the complete shards are kept in {self.folder}:"
                                f" the same command again predicts only the others")
@@ -307,7 +345,7 @@ def merge_shards(folder: Path, output: str, key: str, written_by: dict[int, str]
             f"{' (and the last shard not reached)' if not records or not records[-1]['last'] else ''};"
             f" {len(records)} complete shard(s) kept in {folder}: run the same command again to predict the rest"
         )
-    with sigterm_raises(), AtomicOutput(output) as out:
+    with stops_raise([signal.SIGTERM]), AtomicOutput(output) as out:
         for record in records:
             with open(folder / f"{record['shard']:08d}.part", encoding="utf-8", newline="") as part:
                 shutil.copyfileobj(part, out.handle)
@@ -326,20 +364,22 @@ def predict_sharded(
     token_columns: list[int] | None = None,
     progress: bool | None = None,
     shared_wait_s: float = SHARED_WAIT_S,
+    stop_signals: tuple[int, ...] = STOP_SIGNALS,
 ) -> dict[str, Any]:
     """Run ``job`` with ``model`` and the job's ``options`` through ``Trainer(**trainer_config).predict``
     (module docstring); returns the summary of :meth:`FilePrediction.run` plus ``shards`` and
     ``reused`` (shards found complete). ``checkpoint``: the file ``model`` was loaded from (part of the
     job's fingerprint); ``progress``: rank 0's progress bar (None: when stderr is a terminal);
     ``shared_wait_s``: how long each rank waits to see the shard folder that rank 0 prepared
-    (:mod:`neurocrf.inference.ranks`)."""
+    (:mod:`neurocrf.inference.ranks`); ``stop_signals``: the signals that stop each rank after
+    its batch in flight (:class:`ShardWriter`)."""
     if job.input.name == STDIN:
         raise ValueError("input=- (standard input) cannot be shared by several processes or resumed: give a file")
     job.input.source.close()
     columns = model.token_columns if token_columns is None else list(token_columns)
     model.predict_options = job.options
     key = job_key(job, checkpoint, {**asdict(job.options), "columns": columns})
-    writer = ShardWriter(key, job.output, progress, shared_wait_s)
+    writer = ShardWriter(key, job.output, progress, shared_wait_s, stop_signals)
     config = {k: v for k, v in trainer_config.items() if k != "_target_"}
     config.update(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
     trainer = pl.Trainer(callbacks=[writer], **config)

@@ -20,6 +20,7 @@ import logging
 import random
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,39 @@ class BestCheckpoint(ModelCheckpoint):
     Resuming in the same directory restores everything as Lightning does. In a new directory the
     best checkpoint of the earlier epochs is copied into it and keeps its score, so later epochs
     replace it only when they beat it; the earlier run's files are never touched.
+
+    ``optimizer_state=False`` leaves the optimizer's and schedulers' states out of the files this
+    callback writes (Adam's are twice the weights): they test, predict and export as well, and a
+    run resumes from ``last.ckpt``. Unlike Lightning's ``save_weights_only``, the callbacks still
+    see each save (:class:`EMAWeights` puts the averaged weights in).
     """
+
+    def __init__(self, *args: Any, optimizer_state: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.optimizer_state = optimizer_state
+        self._saving = False
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        self._saving = True  # tells on_save_checkpoint that the file being written is this callback's
+        try:
+            super()._save_checkpoint(trainer, filepath)
+        finally:
+            self._saving = False
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        if self._saving and not self.optimizer_state:
+            checkpoint.pop("optimizer_states", None)
+            checkpoint.pop("lr_schedulers", None)
+
+    def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None, ver: int | None = None,
+                               prefix: str | None = None) -> str:
+        """The file name, with epochs counted from 1 as the logs and the progress bar count them
+        (``epoch_001.ckpt`` holds the first epoch)."""
+        counted = dict(metrics)
+        if "epoch" in counted:
+            counted["epoch"] = counted["epoch"] + 1
+        return super().format_checkpoint_name(counted, filename, ver, prefix)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved_dir = state_dict.get("dirpath", self.dirpath)
@@ -66,39 +99,72 @@ class BestCheckpoint(ModelCheckpoint):
 
 
 class EpochTimer(Callback):
-    """Per epoch: wall seconds from the start of training to the end of validation, and the dev
-    score ``monitor`` (None without validation). ``records`` is a list of dicts
-    ``{"epoch", "seconds", monitor}``, restored from checkpoints."""
+    """Per epoch: wall seconds from the start of training to the end of validation, the dev
+    score ``monitor`` (None without validation), and the training's own throughput (validation
+    left out): ``train_seconds``, ``sentences_per_s``, ``tokens_per_s``, also logged as
+    ``train/sentences_per_s`` and ``train/tokens_per_s``. ``records`` is a list of dicts
+    ``{"epoch", "seconds", monitor, ...}`` (``epoch`` counted from 0), restored from checkpoints."""
 
     def __init__(self, monitor: str = "val/f1") -> None:
         self.monitor = monitor
         self.records: list[dict[str, Any]] = []
         self._started: float | None = None
+        self._training_since: float | None = None
+        self._training_seconds = 0.0
+        self._sentences = self._tokens = 0
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._started = time.perf_counter()
+        self._started = self._training_since = time.perf_counter()
+        self._training_seconds, self._sentences, self._tokens = 0.0, 0, 0
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        tokens = batch.get("tokens") if isinstance(batch, Mapping) else getattr(batch, "tokens", None)
+        if tokens is not None:
+            self._sentences += len(tokens)
+            self._tokens += sum(len(sentence) for sentence in tokens)
+
+    def _pause_training(self) -> None:
+        if self._training_since is not None:
+            self._training_seconds += time.perf_counter() - self._training_since
+            self._training_since = None
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._pause_training()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._pause_training()
+        if self._training_seconds > 0 and self._sentences:
+            pl_module.log("train/sentences_per_s", self._sentences / self._training_seconds, on_epoch=True)
+            pl_module.log("train/tokens_per_s", self._tokens / self._training_seconds, on_epoch=True)
+        if self._started is not None:  # no validation this epoch
+            self._record(trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # runs before the checkpoint callbacks (Lightning moves those last), so the epoch's
         # record is in the checkpoint saved at this epoch's end
         if not trainer.sanity_checking and self._started is not None:
             self._record(trainer)
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._started is not None:  # no validation this epoch
-            self._record(trainer)
+        if not trainer.sanity_checking and trainer.training:
+            self._training_since = time.perf_counter()  # a validation within the epoch: training goes on
 
     def _record(self, trainer: pl.Trainer) -> None:
         value = trainer.callback_metrics.get(self.monitor)
+        seconds = self._training_seconds + (time.perf_counter() - self._training_since if self._training_since else 0)
         record = {
             "epoch": int(trainer.current_epoch),
             "seconds": round(time.perf_counter() - float(self._started), 3),
             self.monitor: None if value is None else float(value),
+            "train_seconds": round(seconds, 3),
+            "sentences_per_s": round(self._sentences / seconds, 1) if seconds > 0 else None,
+            "tokens_per_s": round(self._tokens / seconds, 1) if seconds > 0 else None,
         }
         self.records.append(record)
         self._started = None
         score = "" if value is None else f", {self.monitor} {float(value):.4f}"
-        log.info("epoch %d: %.1f s%s", record["epoch"], record["seconds"], score)
+        log.info("epoch %d: %.1f s (training %.1f s: %s sentences/s, %s tokens/s)%s", record["epoch"] + 1,
+                 record["seconds"], record["train_seconds"], record["sentences_per_s"], record["tokens_per_s"], score)
 
     def best_epoch(self) -> int | None:
         """The epoch (0-based) of the best ``monitor`` score, the first one on ties; None without

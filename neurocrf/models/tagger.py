@@ -257,6 +257,14 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         types = self._training_data_option("keep_types")
         return None if types is None else [str(t) for t in types]
 
+    @property
+    def file_scheme(self) -> str | None:
+        """The tag scheme of the training corpus's files (``data.file_scheme`` of the run config,
+        e.g. ``IOB2``; tags are predicted in :attr:`scheme`), or None when the checkpoint does not
+        record it."""
+        scheme = self._training_data_option("file_scheme")
+        return None if scheme is None else str(scheme)
+
     def _training_data_option(self, name: str) -> Any:
         return ((self.hparams.get("config") or {}).get("data") or {}).get(name)
 

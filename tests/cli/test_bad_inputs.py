@@ -152,7 +152,7 @@ def test_whitespace_around_a_tag_names_file_and_line(tmp_path: Path, data_dir: P
     files[split] = write(tmp_path, f"{split}.conll", "\n".join(lines) + "\n")
     data = [f"data.{name}_path={path}" for name, path in files.items()] + ["data.sample_dir=null"]
     problem = rf"{split}\.conll:{number}: tag 'B-PER ' is empty or has whitespace around it"
-    if split != "dev":
+    if split == "test":  # evaluate reads the file it scores alone
         with pytest.raises(ConllFormatError, match=problem):
             evaluate(config("evaluate", tmp_path / "eval", [f"ckpt_path={tagger}", *EVAL_QUIET, *data], data_dir))
     with pytest.raises(ConllFormatError, match=problem):

@@ -52,9 +52,9 @@ def test_resume_into_a_new_directory_keeps_the_best_checkpoint(data_dir: Path, t
 
     epochs = [record["val/f1"] for record in straight["summary"]["epochs"]]
     assert len(epochs) == 3
-    assert Path(straight["ckpt_path"]).name == Path(resumed["ckpt_path"]).name == "epoch_000.ckpt"
+    assert Path(straight["ckpt_path"]).name == Path(resumed["ckpt_path"]).name == "epoch_001.ckpt"
     assert Path(resumed["ckpt_path"]).parent == tmp_path / "resumed" / "checkpoints"  # a copy
-    assert (tmp_path / "first" / "checkpoints" / "epoch_000.ckpt").is_file()  # the earlier run's file stays
+    assert (tmp_path / "first" / "checkpoints" / "epoch_001.ckpt").is_file()  # the earlier run's file stays
     expected, actual = _state(straight["ckpt_path"]), _state(resumed["ckpt_path"])
     assert expected.keys() == actual.keys()
     for key in expected:
