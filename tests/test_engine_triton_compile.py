@@ -14,7 +14,7 @@ import pytest
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION is unset")  # triton 3.9's notice
 
-from neurocrf.structs.engine.triton.compiling import KERNELS, Case, compile_kernel, nvidia_tool, resource_usage  # noqa: E402
+from tools.triton_compiling import KERNELS, Case, compile_kernel, nvidia_tool, resource_usage  # noqa: E402
 
 if nvidia_tool("ptxas") is None:
     pytest.skip("ptxas is not available", allow_module_level=True)
