@@ -176,8 +176,9 @@ def forward_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_
 
 
 @triton.jit
-def _nodes(alpha_pos, beta, d_em_ptr, row, T, p, DW, col_ptr, d_start_ptr, d_end_ptr, bshift, const, weight, flag,
-           first, at_end, g, C, NB, BB: tl.constexpr, BC: tl.constexpr, COLUMNS: tl.constexpr, GOLD: tl.constexpr):
+def _nodes(alpha_pos, beta, d_em_ptr, row, T, p, DW, col_ptr, start_ptr, end_ptr, d_start_ptr, d_end_ptr, bshift, const,
+           weight, flag, first, at_end, g, C, NB, BB: tl.constexpr, BC: tl.constexpr, COLUMNS: tl.constexpr,
+           GOLD: tl.constexpr):
     """Node marginals of one position, times ``weight`` (``GOLD``: less the gold state ``g``'s
     count), from the stored forward scores and the unshifted backward scores ``beta`` (flat), into
     ``d_em`` at original position ``p`` (see :func:`.kernels._node_grad`; nothing unless ``flag``),
@@ -187,15 +188,20 @@ def _nodes(alpha_pos, beta, d_em_ptr, row, T, p, DW, col_ptr, d_start_ptr, d_end
             m, c, dst, ok = _dest_block(mo, co, C, NB, BB, BC)
             x = tl.load(alpha_pos + dst, mask=base._both(ok, flag), other=NEG_INF)
             b = tl.load(beta + dst, mask=ok, other=NEG_INF) - bshift
-            node = base._minus_gold(tl.where(flag, tl.exp(x + b + const), 0.0) * weight, dst, g, weight, GOLD)
+            node = tl.where(flag, tl.exp(x + b + const), 0.0) * weight
+            count = base._gold_count(dst, g, weight, GOLD)
             col = base._columns(col_ptr, c, C, COLUMNS)
-            base._node_grad(d_em_ptr, row, T, p, DW, dst, col, node, base._both(ok, flag), COLUMNS)
-            tl.atomic_add(d_start_ptr + dst, node.to(tl.float64), mask=base._both(ok, first))
-            tl.atomic_add(d_end_ptr + dst, node.to(tl.float64), mask=base._both(ok, at_end))
+            base._node_grad(d_em_ptr, row, T, p, DW, dst, col, node - count, base._both(ok, flag), COLUMNS)
+            begin = tl.load(start_ptr + dst, mask=base._both(ok, first), other=NEG_INF) > NEG_INF
+            tl.atomic_add(d_start_ptr + dst, (node - tl.where(begin, count, 0.0)).to(tl.float64),
+                          mask=base._both(ok, first))
+            close = tl.load(end_ptr + dst, mask=base._both(ok, at_end), other=NEG_INF) > NEG_INF
+            tl.atomic_add(d_end_ptr + dst, (node - tl.where(close, count, 0.0)).to(tl.float64),
+                          mask=base._both(ok, at_end))
 
 
 @triton.jit
-def backward_blocked_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alpha_ptr, scale_ptr,
+def backward_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alpha_ptr, scale_ptr,
                             d_em_ptr, d_start_ptr, d_end_ptr, d_moves_ptr, mask_ptr, pos_ptr, col_ptr, gold_ptr,
                             work_ptr, T, C, NB, DW, s_eb, s_et, s_em, s_el, s_g,
                             ORDER: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr,
@@ -225,7 +231,7 @@ def backward_blocked_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_
         g = tl.load(gold_ptr + row * T + last, mask=live, other=0)
     tl.debug_barrier()
     _nodes(alpha_ptr + (row * T + last) * N, work + (last % 2) * N, d_em_ptr, row, T,
-           base._at(pos_ptr, row, T, last, MASKED), DW, col_ptr, d_start_ptr, d_end_ptr, bshift,
+           base._at(pos_ptr, row, T, last, MASKED), DW, col_ptr, start_ptr, end_ptr, d_start_ptr, d_end_ptr, bshift,
            (alpha_scale + bshift.to(tl.float64) - log_z).to(dtype), weight, live, last == 0, True, g, C, NB, BB, BC,
            COLUMNS, GOLD)
     for i in range(1, steps):
@@ -259,11 +265,13 @@ def backward_blocked_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_
                     ahead = (e.to(tl.float64) - shift).to(dtype) + b
                     w_off = src[:, :, None] * C + c[None, None, :]
                     w_ok = src_ok[:, :, None] & (c[None, None, :] < C)
-                    s = tl.load(moves + w_off, mask=w_ok, other=NEG_INF).to(dtype) + ahead[None, :, :]
+                    w = tl.load(moves + w_off, mask=w_ok, other=NEG_INF).to(dtype)
+                    s = w + ahead[None, :, :]
                     if MOVES:
                         edge = tl.exp(before[:, :, None] + s + const) * weight
                         if GOLD:
-                            edge -= tl.where((src[:, :, None] == g) & (c[None, None, :] == g_next % C), weight, 0.0)
+                            taken = (src[:, :, None] == g) & (c[None, None, :] == g_next % C) & (w > NEG_INF)
+                            edge -= tl.where(taken, weight, 0.0)
                         if PER_POSITION:
                             tl.store(d_moves_ptr + (row * T + t) * N * C + w_off, edge, mask=w_ok)
                         else:
@@ -277,7 +285,7 @@ def backward_blocked_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_
         bshift = base._finite_or_zero(top)
         alpha_scale = prev_scale
         _nodes(alpha_ptr + (row * T + t - 1) * N, back_half, d_em_ptr, row, T, base._at(pos_ptr, row, T, t - 1, MASKED),
-               DW, col_ptr, d_start_ptr, d_end_ptr, bshift,
+               DW, col_ptr, start_ptr, end_ptr, d_start_ptr, d_end_ptr, bshift,
                (alpha_scale + beta_scale + bshift.to(tl.float64) - log_z).to(dtype), weight, True, t == 1, False, g,
                C, NB, BB, BC, COLUMNS, GOLD)
 

@@ -345,15 +345,19 @@ def _node_grad(d_em_ptr, row, T, p, DW, dst, col, node, ok, COLUMNS: tl.constexp
 
 
 @triton.jit
-def _minus_gold(x, index, state, weight, GOLD: tl.constexpr):
-    """``x`` less ``weight`` where ``index == state`` (the gold path's count), with ``GOLD``."""
+def _gold_count(index, state, weight, GOLD: tl.constexpr):
+    """``weight`` where ``index == state`` (the gold path's count, with ``GOLD``), else 0. The
+    gradients of start, end and transition scores leave out counts on ``-inf`` entries, which a
+    gold path outside the constraints takes (its NLL is +inf): as a masked fill's gradient would."""
     if GOLD:
-        x = x - tl.where(index == state, weight, 0.0)
-    return x
+        count = tl.where(index == state, weight, 0.0)
+    else:
+        count = tl.where(index < 0, weight, 0.0)  # zeros of the tile's shape (index >= 0)
+    return count
 
 
 @triton.jit
-def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alpha_ptr, scale_ptr,
+def backward_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alpha_ptr, scale_ptr,
                     d_em_ptr, d_start_ptr, d_end_ptr, d_moves_ptr, mask_ptr, pos_ptr, col_ptr, gold_ptr,
                     T, C, NB, DW, s_eb, s_et, s_em, s_el, s_g,
                     ORDER: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr,
@@ -384,10 +388,12 @@ def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alp
     g = tl.full([], 0, tl.int32)
     if GOLD:
         g = tl.load(gold_ptr + row * T + last, mask=live, other=0)
-    node = _minus_gold(tl.where(live, node, 0.0) * weight, dst, g, weight, GOLD)
-    tl.atomic_add(d_end_ptr + dst, node.to(tl.float64), mask=dst_ok)
-    _node_grad(d_em_ptr, row, T, _at(pos_ptr, row, T, last, MASKED), DW, dst, col, node, _both(dst_ok, live),
-               COLUMNS)
+    node = tl.where(live, node, 0.0) * weight
+    count = _gold_count(dst, g, weight, GOLD)
+    finite = tl.load(end_ptr + dst, mask=dst_ok, other=NEG_INF) > NEG_INF
+    tl.atomic_add(d_end_ptr + dst, (node - tl.where(finite, count, 0.0)).to(tl.float64), mask=dst_ok)
+    _node_grad(d_em_ptr, row, T, _at(pos_ptr, row, T, last, MASKED), DW, dst, col, node - count,
+               _both(dst_ok, live), COLUMNS)
     moves = tl.load(moves_ptr + w_off, mask=w_ok, other=NEG_INF).to(dtype)
     total = tl.full((BA, BB, BC), 0, tl.float64)
     # what step t needs on its critical path is loaded during step t + 1
@@ -413,7 +419,8 @@ def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alp
             before = tl.load(alpha_ptr + (row * T + t - 1) * N + src, mask=src_ok, other=NEG_INF)
             edge = tl.exp(before[:, :, None] + s + (alpha_scale + beta_scale - log_z).to(dtype)) * weight
             if GOLD:
-                edge -= tl.where((src[:, :, None] == g) & (c[None, None, :] == g_next % C), weight, 0.0)
+                taken = (src[:, :, None] == g) & (c[None, None, :] == g_next % C) & (moves > NEG_INF)
+                edge -= tl.where(taken, weight, 0.0)
             if PER_POSITION:
                 tl.store(d_moves_ptr + (row * T + t) * N * C + w_off, edge, mask=w_ok)
             else:
@@ -425,10 +432,12 @@ def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alp
         beta_scale = beta_scale + shift + b_max.to(tl.float64)
         alpha_scale = prev_scale
         x = tl.load(alpha_ptr + (row * T + t - 1) * N + dst, mask=dst_ok, other=NEG_INF)
-        node = _minus_gold(tl.exp(x + b + (alpha_scale + beta_scale - log_z).to(dtype)) * weight, dst, g, weight,
-                           GOLD)
-        _node_grad(d_em_ptr, row, T, _at(pos_ptr, row, T, t - 1, MASKED), DW, dst, col, node, dst_ok, COLUMNS)
-    tl.atomic_add(d_start_ptr + dst, node.to(tl.float64), mask=dst_ok)
+        node = tl.exp(x + b + (alpha_scale + beta_scale - log_z).to(dtype)) * weight
+        count = _gold_count(dst, g, weight, GOLD)
+        _node_grad(d_em_ptr, row, T, _at(pos_ptr, row, T, t - 1, MASKED), DW, dst, col, node - count, dst_ok,
+                   COLUMNS)
+    finite = tl.load(start_ptr + dst, mask=dst_ok, other=NEG_INF) > NEG_INF
+    tl.atomic_add(d_start_ptr + dst, (node - tl.where(finite, count, 0.0)).to(tl.float64), mask=dst_ok)
     if MOVES:
         if not PER_POSITION:
             tl.atomic_add(d_moves_ptr + w_off, total, mask=w_ok)

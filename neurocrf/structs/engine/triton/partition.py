@@ -69,7 +69,7 @@ def _backward(x: Inputs, log_z: Tensor, alphas: Tensor, scales: Tensor, weights:
         d_moves = d_params[2 * states:]
     pos, gold = index
     spare = x.lengths
-    runtime.launch(name, x.batch, x.moves, x.end, x.emissions, x.lengths, log_z, weights, alphas, scales,
+    runtime.launch(name, x.batch, x.start, x.moves, x.end, x.emissions, x.lengths, log_z, weights, alphas, scales,
                    d_emissions, d_start, d_end, d_moves, x.mask if x.mask is not None else spare,
                    spare if pos is None else pos, spare if x.columns is None else x.columns,
                    spare if gold is None else gold, *work, *x.scalars(gradient=True), weights.stride(0),

@@ -83,7 +83,8 @@ def self_check(order: int, per_position: bool, dtype: torch.dtype, device: torch
     device = torch.device(device)
     try:
         # the interpreter's numpy warns on log(0) = -inf, the intended value; callers may be in no_grad
-        with warnings.catch_warnings(), torch.enable_grad():
+        # or inference mode
+        with warnings.catch_warnings(), torch.inference_mode(False), torch.enable_grad():
             warnings.simplefilter("ignore", RuntimeWarning)
             checks = _checks(kernels, reference, order, per_position, dtype, device)
     except Exception as error:  # noqa: BLE001 - any failure of a kernel means: do not trust it
