@@ -11,6 +11,7 @@ _LAZY = {
     "PrecursorInducedCRF": "neurocrf.structs",
     "allowed_transitions": "neurocrf.structs",
     "Tagger": "neurocrf.models",
+    "PredictOptions": "neurocrf.models",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -1,8 +1,9 @@
 """The conventions every floor of the package shares, each defined once: the outside tag, the
-names of the span tag schemes and of the corpus splits. Below every floor: imports nothing.
+names of the span tag schemes and of the corpus splits, the file a finished run leaves. Below
+every floor: imports nothing.
 
->>> OUTSIDE, SCHEMES, SPLITS
-('O', ('IOB1', 'IOB2', 'BIOES'), ('train', 'dev', 'test'))
+>>> OUTSIDE, SCHEMES, SPLITS, SUMMARY_FILE
+('O', ('IOB1', 'IOB2', 'BIOES'), ('train', 'dev', 'test'), 'summary.json')
 """
 
 from __future__ import annotations
@@ -15,3 +16,7 @@ SCHEMES: tuple[str, ...] = ("IOB1", "IOB2", "BIOES")
 
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 """The corpus splits, in the order they are read and reported."""
+
+SUMMARY_FILE = "summary.json"
+"""The file a finished training run leaves in its run directory (written by
+:func:`neurocrf.models.runs.write_summary`; a rerun skips the run, sweep reports read it)."""

@@ -64,31 +64,30 @@ def predict(cfg: DictConfig) -> dict[str, Any]:
 
     from neurocrf.inference.run import FilePrediction
     from neurocrf.inference.sharded import is_distributed, predict_sharded
+    from neurocrf.models.predict_options import PredictOptions
     from neurocrf.models.tagger import Tagger
 
     output = str(cfg.get("output") or Path(cfg.paths.output_dir) / f"predictions.{cfg.format}")
-    max_tokens = cfg.get("max_tokens")
+    options = PredictOptions(batch_size=cfg.batch_size, max_tokens=cfg.max_tokens, window=cfg.window, nbest=cfg.nbest,
+                             precision=str(cfg.precision))  # 32 from the command line is a number
     job = FilePrediction(
         str(cfg.input), output, input_format=str(cfg.get("input_format", "auto")),
         reader=to_plain(cfg.get("reader"), "reader") or {}, output_format=str(cfg.format),
         scheme=cfg.get("scheme") or None, confidence=bool(cfg.get("confidence", False)),
-        nbest=int(cfg.get("nbest", 0)), window=int(cfg.get("window", 4096)),
+        options=options,
     )
     log.info("reading %s as %s", cfg.input, job.input.format)
     model = Tagger.load(cfg.ckpt_path, map_location="cpu")
     columns = cfg.get("token_columns")
-    options: dict[str, Any] = {
-        "batch_size": int(cfg.get("batch_size", 32)), "max_tokens": None if max_tokens is None else int(max_tokens),
-        "precision": str(cfg.get("precision", "32")), "token_columns": None if columns is None else list(columns),
-    }
+    columns = None if columns is None else list(columns)
     trainer = to_plain(cfg.get("trainer"), "trainer") or {}
     if cfg.get("resumable") or is_distributed(trainer):
         return predict_sharded(job, model, trainer, checkpoint=str(cfg.ckpt_path), progress=cfg.get("progress"),
-                               shared_wait_s=float(cfg.get("shared_wait_s", 10)), **options)
+                               shared_wait_s=float(cfg.get("shared_wait_s", 10)), token_columns=columns)
     accelerator = str(trainer.get("accelerator", "cpu"))
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     device = torch.device(cfg.get("device") or ("cuda" if gpu else "cpu"))
-    return job.run(model.to(device), progress=cfg.get("progress"), **options)
+    return job.run(model.to(device), progress=cfg.get("progress"), token_columns=columns)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="predict")

@@ -28,6 +28,7 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig
 
 from neurocrf.cli.utils import best_checkpoint, float_metrics, instantiate_list, log_config, set_seed, training_main
+from neurocrf.conventions import SUMMARY_FILE
 from neurocrf.models.building import build_tagger
 from neurocrf.models.runs import (
     check_no_dev_monitors,
@@ -36,7 +37,6 @@ from neurocrf.models.runs import (
     resume_from_last,
     write_summary,
 )
-from neurocrf.study.runs import SUMMARY_FILE
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from neurocrf.encoders.base import Encoder, Lookup, counted_vocabulary, find_wor
 from neurocrf.encoders.clusters import load_clusters
 from neurocrf.encoders.templates import BIAS, Clusters, FeatureTemplates
 from neurocrf.encoders.vector_features import WordVectorFeatures, vector_vocabulary
-from neurocrf.structs.linear_chain import pair_emissions
+from neurocrf.structs import pair_emissions
 
 DEFAULTS: dict[str, Any] = {
     "templates": "set2",  # set1 | set2 | full | a list of templates

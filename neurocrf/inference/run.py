@@ -13,17 +13,19 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from itertools import chain, islice
 from typing import Any
 
 from neurocrf.data.conll import ConllFormatError, Sentence, check_writable
 from neurocrf.data.inputs import InputReader
 from neurocrf.data.schemes import check_scheme
-from neurocrf.inference.batching import DEFAULT_WINDOW, windows
-from neurocrf.inference.collector import frozen_heap
 from neurocrf.inference.output import AtomicOutput, check_output_path, sigterm_raises
 from neurocrf.inference.progress import Progress
-from neurocrf.inference.writers import OUTPUT_FORMATS, Writer, make_writer
+from neurocrf.inference.writers import OUTPUT_FORMATS, ConllWriter, JsonlWriter, Writer
+from neurocrf.models.batching import windows
+from neurocrf.models.collector import frozen_heap
+from neurocrf.models.predict_options import PredictOptions
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,10 @@ class FilePrediction:
     Args:
         output_format: ``conll`` or ``jsonl`` (:mod:`neurocrf.inference.writers`).
         scheme: the output tags' scheme (None: the model's); confidence: a CoNLL column of
-            token confidences; nbest: the n best tag sequences too.
+            token confidences.
+        options: how the model predicts (:class:`~neurocrf.models.predict_options.PredictOptions`:
+            batches, window, n-best, precision); its ``confidences`` is set by the output (JSON
+            lines and the CoNLL confidence column need them, plain CoNLL does not).
     """
 
     def __init__(
@@ -52,23 +57,23 @@ class FilePrediction:
         output_format: str = "conll",
         scheme: str | None = None,
         confidence: bool = False,
-        nbest: int = 0,
-        window: int = DEFAULT_WINDOW,
+        options: PredictOptions | None = None,
     ) -> None:
         if output_format not in OUTPUT_FORMATS:
             raise ValueError(f"format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
         if scheme:
             check_scheme(scheme)
+        options = options or PredictOptions()
         self.spec = {"input": os.fspath(input), "output": os.fspath(output), "input_format": input_format,
                      "reader": dict(reader or {}), "output_format": output_format, "scheme": scheme,
-                     "confidence": confidence, "nbest": nbest, "window": window}
+                     "confidence": confidence, "options": options}
         self.output = os.fspath(output)
-        self.output_format, self.scheme, self.confidence, self.nbest = output_format, scheme, confidence, nbest
-        self.window = window
+        self.output_format, self.scheme, self.confidence = output_format, scheme, confidence
+        self.options = replace(options, confidences=output_format == "jsonl" or confidence)
         check_output_path(self.output)
         self.input = InputReader(input, input_format, reader)
         self._rest = iter(self.input)
-        self._first: list[Sentence] | None = list(islice(self._rest, window))
+        self._first: list[Sentence] | None = list(islice(self._rest, options.window))
         if output_format == "conll":
             try:
                 check_writable(self._first, raw_columns=self.raw_columns)
@@ -80,11 +85,6 @@ class FilePrediction:
         """CoNLL output repeats the input's columns (CoNLL input) rather than its tokens."""
         return self.input.format == "conll"
 
-    @property
-    def confidences(self) -> bool:
-        """Whether the output needs token and span confidences (JSON lines, or a CoNLL column)."""
-        return self.output_format == "jsonl" or self.confidence
-
     def sentences(self) -> Iterator[Sentence]:
         """The input's sentences, read once."""
         if self._first is None:
@@ -95,35 +95,32 @@ class FilePrediction:
     def writer(self, handle: Any, document: int | None = None) -> Writer:
         """The output format's writer on ``handle``; ``document``: that of the sentence before
         the first one written (a shard that continues the output)."""
-        return make_writer(handle, self.output_format, scheme=self.scheme, confidence=self.confidence,
-                           nbest=self.nbest, raw_columns=self.raw_columns,
-                           leading_separator=self.input.leading_separator, document=document)
+        if self.output_format == "jsonl":
+            return JsonlWriter(handle, self.scheme)
+        return ConllWriter(handle, self.scheme, self.confidence, self.options.nbest, self.raw_columns,
+                           self.input.leading_separator, document)
 
     def run(
         self,
         model: Any,
         *,
-        batch_size: int = 32,
-        max_tokens: int | None = None,
-        precision: str = "32",
         token_columns: Sequence[int] | None = None,
         progress: bool | None = None,
     ) -> dict[str, Any]:
-        """Predict every sentence with ``model`` (a :class:`~neurocrf.models.tagger.Tagger`) and
-        write the output; returns a summary (sentences, tokens, input format, output, seconds).
+        """Predict every sentence with ``model`` (a :class:`~neurocrf.models.tagger.Tagger`: its
+        :meth:`~neurocrf.models.tagger.Tagger.predict` with this job's ``options``) and write the
+        output; returns a summary (sentences, tokens, input format, output, seconds).
 
         ``token_columns`` (None: the model's ``token_columns``) joins CoNLL columns into each
         token; ``progress`` shows the bar (None: when stderr is a terminal)."""
         columns = model.token_columns if token_columns is None else list(token_columns)
-        options = {"nbest": self.nbest, "precision": precision, "confidences": self.confidences}
         start = time.perf_counter()
         with (sigterm_raises(), frozen_heap(), AtomicOutput(self.output) as out,
               Progress(self.input.source.size, progress) as bar):
             writer = self.writer(out.handle)
             try:
-                for window in windows(self.sentences(), self.window):
-                    inputs = [model_tokens(s, columns) for s in window]
-                    predictions = model.predict_window(inputs, batch_size, max_tokens, **options)
+                for window in windows(self.sentences(), self.options.window):
+                    predictions = model.predict([model_tokens(s, columns) for s in window], self.options)
                     for sentence, prediction in zip(window, predictions):
                         check_prediction(sentence, prediction)
                         writer.write(sentence, prediction)

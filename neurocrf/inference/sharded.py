@@ -38,6 +38,7 @@ import socket
 import uuid
 import warnings
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +49,12 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from neurocrf.data.conll import atomic_write_text
 from neurocrf.data.streams import STDIN
-from neurocrf.inference.batching import plan_batches, windows
-from neurocrf.inference.collector import frozen_heap
 from neurocrf.inference.output import AtomicOutput, sigterm_raises
 from neurocrf.inference.progress import Progress
 from neurocrf.inference.ranks import JOB_FILE, SHARED_WAIT_S, agree_on_folder, agree_on_job, gather, read_token
 from neurocrf.inference.run import FilePrediction, check_prediction, model_tokens
+from neurocrf.models.batching import plan_batches, windows
+from neurocrf.models.collector import frozen_heap
 from neurocrf.models.distributed import destroy_process_group_at_exit
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ class ShardStream(IterableDataset):
         job = FilePrediction(**self.spec)
         folder = shard_dir(job.output)
         previous: int | None = None
-        chunks = windows(job.sentences(), job.window)
+        chunks = windows(job.sentences(), job.options.window)
         current = next(chunks, None)
         index = 0
         while current is not None:
@@ -208,7 +209,7 @@ class ShardWriter(BasePredictionWriter):
     def write_shard(self, shard: _Shard, model: Any) -> None:
         folder = shard_dir(shard.job.output)
         part = folder / f"{shard.index:08d}.part"
-        empty = model.predict_window([[]], 1, **model.prediction_options)[0]
+        empty = model.predict([[]], model.predict_options)[0]
         with AtomicOutput(part) as out:
             writer = shard.job.writer(out.handle, document=shard.previous_document)
             for sentence, prediction in zip(shard.sentences, shard.predictions):
@@ -322,16 +323,13 @@ def predict_sharded(
     trainer_config: dict[str, Any],
     *,
     checkpoint: str | None = None,
-    batch_size: int = 32,
-    max_tokens: int | None = None,
-    precision: str = "32",
     token_columns: list[int] | None = None,
     progress: bool | None = None,
     shared_wait_s: float = SHARED_WAIT_S,
 ) -> dict[str, Any]:
-    """Run ``job`` with ``model`` through ``Trainer(**trainer_config).predict`` (module
-    docstring); returns the summary of :meth:`FilePrediction.run` plus ``shards`` and ``reused``
-    (shards found complete). ``checkpoint``: the file ``model`` was loaded from (part of the
+    """Run ``job`` with ``model`` and the job's ``options`` through ``Trainer(**trainer_config).predict``
+    (module docstring); returns the summary of :meth:`FilePrediction.run` plus ``shards`` and
+    ``reused`` (shards found complete). ``checkpoint``: the file ``model`` was loaded from (part of the
     job's fingerprint); ``progress``: rank 0's progress bar (None: when stderr is a terminal);
     ``shared_wait_s``: how long each rank waits to see the shard folder that rank 0 prepared
     (:mod:`neurocrf.inference.ranks`)."""
@@ -339,14 +337,13 @@ def predict_sharded(
         raise ValueError("input=- (standard input) cannot be shared by several processes or resumed: give a file")
     job.input.source.close()
     columns = model.token_columns if token_columns is None else list(token_columns)
-    model.prediction_options = {"nbest": job.nbest, "precision": precision, "confidences": job.confidences}
-    options = {"batch_size": batch_size, "max_tokens": max_tokens, **model.prediction_options, "columns": columns}
-    key = job_key(job, checkpoint, options)
+    model.predict_options = job.options
+    key = job_key(job, checkpoint, {**asdict(job.options), "columns": columns})
     writer = ShardWriter(key, job.output, progress, shared_wait_s)
     config = {k: v for k, v in trainer_config.items() if k != "_target_"}
     config.update(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
     trainer = pl.Trainer(callbacks=[writer], **config)
-    stream = ShardStream(job.spec, key, batch_size, max_tokens, columns)
+    stream = ShardStream(job.spec, key, job.options.batch_size, job.options.max_tokens, columns)
     with warnings.catch_warnings(), frozen_heap():  # the stream has no sampler: the writer needs no batch indices
         warnings.filterwarnings("ignore", message="Couldn't infer the batch indices")
         trainer.predict(model, dataloaders=DataLoader(stream, batch_size=None, collate_fn=_batch),

@@ -95,22 +95,3 @@ class ConllWriter:
 
     def _convert(self, tags: list[str], source: str) -> list[str]:
         return tags if not self.scheme or self.scheme == source else convert_tags(tags, source, self.scheme)
-
-
-def make_writer(
-    handle: TextIO,
-    output_format: str,
-    *,
-    scheme: str | None = None,
-    confidence: bool = False,
-    nbest: int = 0,
-    raw_columns: bool = False,
-    leading_separator: bool = False,
-    document: int | None = None,
-) -> Writer:
-    """The writer of ``output_format`` (``conll`` or ``jsonl``) on ``handle``."""
-    if output_format == "jsonl":
-        return JsonlWriter(handle, scheme)
-    if output_format == "conll":
-        return ConllWriter(handle, scheme, confidence, nbest, raw_columns, leading_separator, document)
-    raise ValueError(f"format must be one of {OUTPUT_FORMATS}, got {output_format!r}")

@@ -9,6 +9,7 @@ from typing import Any
 
 _LAZY = {
     "Tagger": "neurocrf.models.tagger",
+    "PredictOptions": "neurocrf.models.predict_options",
     "CheckpointError": "neurocrf.models.checkpoints",
     "read_checkpoint": "neurocrf.models.checkpoints",
     "SoftmaxHead": "neurocrf.models.heads",

@@ -94,7 +94,7 @@ class FullBatchTraining:
         fewer where a token holds many scores, so that a chunk's tensors stay small. Pair emissions
         ((L + 1) L scores per token): as many tokens as fit 1.5M scores; a second-order CRF (L^3
         moves per token): 10M, at most 20000. Both are also faster on CPU than larger chunks
-        (``scripts/bench_full_batch_chunks.py``, docs/benchmarks.md); a second-order CRF over 23
+        (``benchmarks/full_batch_chunks.py``, docs/benchmarks.md); a second-order CRF over 23
         tags in 20000-token chunks grew to 19 GB on CoNLL-2000."""
         num_tags = len(self.tags)
         if self.encoder.emits_pairs:

@@ -14,8 +14,8 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, open_dict
 
+from neurocrf.conventions import SUMMARY_FILE
 from neurocrf.models.checkpoints import TAGGER, CheckpointError, read_checkpoint
-from neurocrf.study.runs import SUMMARY_FILE
 from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)

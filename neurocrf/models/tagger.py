@@ -11,15 +11,18 @@ Everything the model is built from is a plain value (dicts, lists, strings, numb
 hyperparameters, so a checkpoint loads with ``torch.load(path, weights_only=True)`` and
 :meth:`Tagger.load` rebuilds the model without the training config or corpus.
 
+>>> from neurocrf.models import PredictOptions, Tagger
 >>> tagger = Tagger.load("logs/train/runs/.../checkpoints/last.ckpt")      # doctest: +SKIP
 >>> [p.spans for p in tagger.predict(["Peter lives in Berlin"])]           # doctest: +SKIP
 [[PredictedSpan(type='PER', start=0, end=1, confidence=0.98), ...]]
+>>> tagger.predict(["Peter lives in Berlin"], PredictOptions(nbest=2))[0].nbest  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytorch_lightning as pl
@@ -28,9 +31,9 @@ from torch import Tensor, nn
 
 from neurocrf.conventions import OUTSIDE
 from neurocrf.encoders import build_encoder
-from neurocrf.inference.batching import DEFAULT_WINDOW, plan_batches, windows
-from neurocrf.inference.collector import frozen_heap
+from neurocrf.models.batching import plan_batches, windows
 from neurocrf.models.checkpoints import TAGGER, Checkpointed
+from neurocrf.models.collector import frozen_heap
 from neurocrf.models.distributed import ProcessGroupTeardown
 from neurocrf.models.full_batch import FullBatchTraining
 from neurocrf.models.heads import TaggingHead, build_head
@@ -41,13 +44,12 @@ from neurocrf.models.optim import (
     is_full_batch,
     l2_penalty,
 )
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.prediction import NBestPath, Prediction, build_predictions
 from neurocrf.models.records import EvaluationRecords, record_scores, tag_rows
 from neurocrf.values import plain_values
 
 log = logging.getLogger(__name__)
-
-PREDICT_PRECISIONS = ("32", "bf16")
 
 
 class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.LightningModule):
@@ -133,7 +135,7 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         self.report_prefix = "test"  # <prefix>_report.txt, <prefix>_metrics.json
         self.test_scores: SpanScores | None = None
         self._records = EvaluationRecords()
-        self.prediction_options: dict[str, Any] = {}  # predict_step's nbest, precision, confidences
+        self.predict_options = PredictOptions()  # predict_step's (Lightning's prediction loop)
 
     # ------------------------------------------------------------------ scoring
 
@@ -187,10 +189,12 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         self._evaluation_step(batch, "test")
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> list[Prediction]:
-        """Predictions for a batch's ``tokens`` (empty sentences included), with the options of
-        ``self.prediction_options`` (:meth:`predict_batch`'s keywords)."""
+        """Lightning's prediction loop: the predictions for a batch's ``tokens`` (empty sentences
+        included), all in one model call, with the ``nbest``, ``confidences`` and ``precision`` of
+        ``self.predict_options`` (a :class:`~neurocrf.models.predict_options.PredictOptions`)."""
         tokens = list(batch["tokens"])
-        return self.predict_window(tokens, max(1, len(tokens)), None, **self.prediction_options)
+        whole = replace(self.predict_options, batch_size=max(1, len(tokens)), max_tokens=None)
+        return self._predict_window(tokens, whole)
 
     def _evaluation_step(self, batch: dict[str, Any], stage: str) -> None:
         emissions = self._emissions(batch)
@@ -257,85 +261,67 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
         return ((self.hparams.get("config") or {}).get("data") or {}).get(name)
 
     def predict(
-        self,
-        sentences: Iterable[Sequence[str] | str],
-        batch_size: int = 32,
-        nbest: int = 0,
-        precision: str = "32",
-        max_tokens: int | None = None,
-        confidences: bool = True,
+        self, sentences: Iterable[Sequence[str] | str], options: PredictOptions | None = None
     ) -> list[Prediction]:
         """Tag sentences (token lists, or strings split on whitespace): :meth:`predict_iter` as a list.
 
         Returns one :class:`Prediction` per sentence, in input order, with exactly one tag and
         one confidence per token (see :mod:`neurocrf.models.prediction` for the definitions).
+        ``options``: batch size, token budget, n-best, confidences, precision
+        (:class:`~neurocrf.models.predict_options.PredictOptions`; None: its defaults).
+
+        >>> tagger.predict(["EU rejects German call".split()])                  # doctest: +SKIP
+        >>> tagger.predict(sentences, PredictOptions(nbest=2, batch_size=64))   # doctest: +SKIP
         """
-        return list(self.predict_iter(sentences, batch_size=batch_size, nbest=nbest, precision=precision,
-                                      max_tokens=max_tokens, confidences=confidences))
+        return list(self.predict_iter(sentences, options))
 
     def predict_iter(
-        self,
-        sentences: Iterable[Sequence[str] | str],
-        batch_size: int = 32,
-        nbest: int = 0,
-        precision: str = "32",
-        max_tokens: int | None = None,
-        confidences: bool = True,
-        window: int = DEFAULT_WINDOW,
+        self, sentences: Iterable[Sequence[str] | str], options: PredictOptions | None = None
     ) -> Iterator[Prediction]:
         """Tag any iterable of sentences lazily: one :class:`Prediction` per sentence, in input
-        order, holding at most ``window`` sentences at a time (they are sorted by length inside
-        the window and cut into batches of ``batch_size`` sentences and at most ``max_tokens``
-        padded tokens).
+        order, holding at most ``options.window`` sentences at a time (they are sorted by length
+        inside the window and cut into batches of ``options.batch_size`` sentences and at most
+        ``options.max_tokens`` padded tokens). ``options``: see :meth:`predict`.
 
-        ``nbest > 0`` also gives the n most probable tag sequences; ``confidences=False`` skips
-        the token and span confidences (Viterbi tags only, faster). ``precision="bf16"`` (an
-        explicit choice; tags can differ from float32 ones) runs the encoder's matrix products in
-        bfloat16: under autocast, or for the BiLSTM on CPU only the recurrent product, states and
-        gates in float32 (:mod:`neurocrf.encoders.lstm_inference`); faster on CPUs with
-        AVX512-BF16 or AMX and on GPUs; the CRF still computes in float32 or float64.
-
-        >>> for prediction in tagger.predict_iter(open("corpus.txt"), max_tokens=4096):  # doctest: +SKIP
+        >>> lines = open("corpus.txt")                                             # doctest: +SKIP
+        >>> for prediction in tagger.predict_iter(lines, PredictOptions(max_tokens=4096)):  # doctest: +SKIP
         ...     print(prediction.tags)
         """
+        if options is None:
+            options = PredictOptions()
+        elif not isinstance(options, PredictOptions):
+            raise TypeError(f"options must be a PredictOptions (neurocrf.models.predict_options), got {options!r}")
         tokenised = (s.split() if isinstance(s, str) else list(s) for s in sentences)
         with frozen_heap():
-            for chunk in windows(tokenised, window):
-                yield from self.predict_window(chunk, batch_size, max_tokens, nbest=nbest, precision=precision,
-                                               confidences=confidences)
+            for chunk in windows(tokenised, options.window):
+                yield from self._predict_window(chunk, options)
 
-    def predict_window(
-        self, tokens: list[list[str]], batch_size: int, max_tokens: int | None = None, **options: Any
-    ) -> list[Prediction]:
+    def _predict_window(self, tokens: list[list[str]], options: PredictOptions) -> list[Prediction]:
         """Predictions for a window of token lists in their order: batched by length
-        (:func:`~neurocrf.inference.batching.plan_batches`), each batch by :meth:`predict_batch`."""
+        (:func:`~neurocrf.models.batching.plan_batches`), each batch by :meth:`_predict_batch`."""
         results: list[Prediction | None] = [None] * len(tokens)
-        for batch in plan_batches([len(words) for words in tokens], batch_size, max_tokens):
-            for i, prediction in zip(batch, self.predict_batch([tokens[i] for i in batch], **options)):
+        for batch in plan_batches([len(words) for words in tokens], options.batch_size, options.max_tokens):
+            for i, prediction in zip(batch, self._predict_batch([tokens[i] for i in batch], options)):
                 results[i] = prediction
         for i, words in enumerate(tokens):
             if not words:  # no model needed; n-best: the one empty sequence
-                results[i] = Prediction([], [], self.scheme, nbest=[NBestPath([], 1.0, 0.0)] if options.get("nbest")
-                                        else [])
+                results[i] = Prediction([], [], self.scheme, nbest=[NBestPath([], 1.0, 0.0)] if options.nbest else [])
         return results  # type: ignore[return-value]
 
     @torch.inference_mode()
-    def predict_batch(
-        self, tokens: list[list[str]], nbest: int = 0, precision: str = "32", confidences: bool = True
-    ) -> list[Prediction]:
+    def _predict_batch(self, tokens: list[list[str]], options: PredictOptions) -> list[Prediction]:
         """Predictions for one batch of non-empty token lists: one encoder call, one batched CRF
         call per quantity (:func:`~neurocrf.models.prediction.build_predictions`)."""
-        if precision not in PREDICT_PRECISIONS:
-            raise ValueError(f"precision must be one of {PREDICT_PRECISIONS}, got {precision!r}")
         was_training = self.training
         if was_training:
             self.eval()
         try:
             lengths = torch.tensor([len(words) for words in tokens], device=self.device)
             mask = torch.arange(int(lengths.max()), device=self.device).unsqueeze(0) < lengths.unsqueeze(1)
-            emissions = self._checked(self.projection(self.dropout(self.encoder.encode(tokens, precision))), mask)
-            return build_predictions(self.head, emissions, mask, tokens, self.tags, self.scheme, nbest=nbest,
-                                     confidences=confidences)
+            hidden = self.encoder.encode(tokens, options.precision)
+            emissions = self._checked(self.projection(self.dropout(hidden)), mask)
+            return build_predictions(self.head, emissions, mask, tokens, self.tags, self.scheme,
+                                     nbest=options.nbest, confidences=options.confidences)
         finally:
             if was_training:
                 self.train()

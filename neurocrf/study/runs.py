@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from neurocrf.conventions import SUMMARY_FILE
 from neurocrf.models.heads import HEAD_KINDS
 
-SUMMARY_FILE = "summary.json"
 TAGS_FILE = "test_tags.jsonl"
 CELL_NAME = re.compile(r"(?P<kind>[A-Za-z_]+)-memory-(?P<memory>[A-Za-z_]+)-seed-(?P<seed>-?\d+)")
 KIND_ORDER = HEAD_KINDS  # softmax, then the CRF layers in order of their state spaces

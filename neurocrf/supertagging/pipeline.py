@@ -11,7 +11,7 @@ supertags per token, weights renormalised over the k, and a preterminal) ->
 do not combine). :func:`oracle_parse` puts the gold supertags and preterminals of a treebank
 (weight 0, k = 1) in place of the tagger: an upper bound that also checks the extraction ->
 parsing -> restoring path. The entry points ``neurocrf-parse`` and ``neurocrf-supertag`` and
-``scripts/select_ensemble.py`` run it.
+``reproductions/select_ensemble.py`` run it.
 
 The report (:func:`summarize`) holds coverage (NOPARSE count), parser statuses, skipped (unknown
 or invalid) supertags, sentences per second of tagging and of parsing separately and together,

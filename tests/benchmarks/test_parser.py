@@ -1,19 +1,16 @@
-"""scripts/bench_parser.py: the parser from gold supertags plus distractors recovers every gold
+"""benchmarks/parser.py: the parser from gold supertags plus distractors recovers every gold
 tree when gold is the best candidate, and the table covers every setting."""
 
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.parser import benchmark_parser, main
 from neurocrf.parsing.tree import TreebankSentence, random_tree
 from neurocrf.parsing.treebank import write_sample_treebank
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from bench_parser import benchmark_parser, main  # noqa: E402
 
 
 def test_benchmark_recovers_gold_trees_when_gold_is_best() -> None:

@@ -248,8 +248,7 @@ def test_saved_tags_parse_like_the_model(tmp_path: Path, data_dir: Path, trained
 
 def test_select_ensemble_script_chooses_on_dev_and_scores_test(tmp_path: Path, data_dir: Path,
                                                                 trained: dict) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    from select_ensemble import main as select_ensemble
+    from reproductions.select_ensemble import main as select_ensemble
 
     files = {}
     for split in ("dev", "test"):
@@ -280,8 +279,7 @@ def test_select_ensemble_script_chooses_on_dev_and_scores_test(tmp_path: Path, d
 
 
 def test_select_ensemble_best_k_takes_the_best_dev_f1_and_the_first_on_a_tie() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    from select_ensemble import best_k
+    from reproductions.select_ensemble import best_k
 
     class Dev:
         def __init__(self, f1: dict[int, float]) -> None:

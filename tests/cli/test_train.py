@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config, metric_value
 from neurocrf.models.metrics import span_scores
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.tagger import Tagger
 from tests.helpers.sample_data import sample_data_dir
 from tests.helpers.tiny_models import save_tiny_bert
@@ -110,7 +111,7 @@ def test_train_checkpoint_load_predict_round_trip(data_dir: Path, tmp_path: Path
 
     tagger = Tagger.load(best)
     test = objects["datamodule"].test_sentences
-    predictions = tagger.predict([s.tokens for s in test], batch_size=16)
+    predictions = tagger.predict([s.tokens for s in test], PredictOptions(batch_size=16))
     assert [len(p.tags) for p in predictions] == [len(s.tokens) for s in test]
     # the loaded checkpoint reproduces the test score the trainer logged for it
     scores = span_scores([s.tags for s in test], [p.tags for p in predictions], tagger.scheme)
@@ -207,7 +208,7 @@ def test_gpu_bf16_fast_dev_run_and_predict(head: str, data_dir: Path, tmp_path: 
     metrics, objects = train(cfg)
     assert all(math.isfinite(value) for value in metrics.values())
     model = objects["model"].to("cuda")
-    prediction = model.predict(["Mr. Smith flew to Paris ."], nbest=2)[0]
+    prediction = model.predict(["Mr. Smith flew to Paris ."], PredictOptions(nbest=2))[0]
     assert len(prediction.tags) == len(prediction.confidences) == 6 and len(prediction.nbest) == 2
 
 

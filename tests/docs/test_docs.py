@@ -1,6 +1,7 @@
 """The user-facing text of the project: no paths of one machine, no work history, no dead links.
 
-Scans the docs, the README, the notebooks' markdown, the configs and the scripts. Generic
+Scans the docs, the README, the notebooks' markdown, the configs, the benchmarks, reproductions
+and tools. Generic
 examples stay allowed (``${TMPDIR:-/tmp}``, ``/path/to/...``).
 """
 
@@ -35,10 +36,11 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
 def text_files() -> list[Path]:
-    """Docs, README, configs and scripts: every file a user reads as text."""
+    """Docs, README, configs, benchmarks, reproductions and tools: every file a user reads as text."""
     files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     files += sorted((ROOT / "configs").rglob("*.yaml"))
-    files += sorted(p for p in (ROOT / "scripts").iterdir() if p.suffix in {".py", ".sh"})
+    for home in ("benchmarks", "reproductions", "tools"):
+        files += sorted(p for p in (ROOT / home).iterdir() if p.suffix in {".py", ".sh", ".md"})
     return files
 
 

@@ -16,6 +16,7 @@ from neurocrf.encoders import build_encoder, build_vocabularies
 from neurocrf.encoders.bilstm import BiLSTMEncoder
 from neurocrf.encoders.chars import run_lstm
 from neurocrf.encoders.lstm_inference import GateCache, StackedLSTM, run_stacked
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.tagger import Tagger
 
 TRAIN = [["EU", "rejects", "German", "call"], ["Peter", "Blackburn", "in", "Paris"], ["the", "call", "in", "Paris"]]
@@ -190,9 +191,10 @@ def test_tagger_tags_and_checkpoint_are_those_of_the_forward_path() -> None:
         inputs = tagger.encoder.prepare(sentences)
         paths = tagger.head.decode(tagger(inputs), inputs["mask"])
     expected = [[tags[t] for t in row[: len(s)]] for row, s in zip(paths.tolist(), sentences)]
-    predictions = tagger.predict(sentences, batch_size=2, confidences=False)
+    predictions = tagger.predict(sentences, PredictOptions(batch_size=2, confidences=False))
     assert [p.tags for p in predictions] == expected
-    assert [len(p.tags) for p in tagger.predict(sentences, precision="bf16")] == [len(s) for s in sentences]
+    bf16 = tagger.predict(sentences, PredictOptions(precision="bf16"))
+    assert [len(p.tags) for p in bf16] == [len(s) for s in sentences]
     assert gc.get_freeze_count() == 0  # the run handed the frozen objects back
     # nothing of the prediction path enters the checkpoint
     buffer = io.BytesIO()

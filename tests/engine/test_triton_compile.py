@@ -46,7 +46,7 @@ CASES = ([pytest.param(case, arch, id=f"{case}-sm{arch}") for arch in (80, 90) f
 
 # a few registers' worth (triton 3.6 spills 16-24 bytes in the 33-state backward kernel, the blocked
 # kernels up to 56 bytes); the largest single search tile (C = 17, 16 ranks: 16384 float64
-# candidates in 512 threads) about 0.5 KB (scripts/triton_resources.py).
+# candidates in 512 threads) about 0.5 KB (tools/triton_resources.py).
 SMALL_SPILL = 64
 SPILL_ALLOWANCE = {Case("search_kernel", 17, k=16): 1024}
 

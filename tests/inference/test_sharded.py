@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from neurocrf.cli.predict import predict
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.inference.sharded import shard_dir
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.tagger import Tagger
 from tests.helpers.sample_data import sample_data_dir, sample_test_text, tiny_tagger_checkpoint
 
@@ -78,13 +79,13 @@ def test_a_rerun_predicts_only_the_shards_not_complete(tmp_path: Path, ckpt: Pat
     assert record["sentences"] == WINDOW and record["tokens"] > 0 and len(record["sha256"]) == 64
 
     predicted: list[list[str]] = []
-    predict_batch = Tagger.predict_batch
+    predict_batch = Tagger._predict_batch
 
-    def counting(self, tokens, **options):  # noqa: ANN001, ANN202 - Tagger.predict_batch's signature
+    def counting(self, tokens, options):  # noqa: ANN001, ANN202 - Tagger._predict_batch's signature
         predicted.extend(tokens)
-        return predict_batch(self, tokens, **options)
+        return predict_batch(self, tokens, options)
 
-    monkeypatch.setattr(Tagger, "predict_batch", counting)
+    monkeypatch.setattr(Tagger, "_predict_batch", counting)
     summary = run(tmp_path, ckpt, source, output, "resumable=true")
     assert summary["reused"] == 1 and summary["shards"] == 9
     assert output.read_bytes() == single
@@ -108,3 +109,21 @@ def test_two_processes_resume_a_preempted_run(tmp_path: Path, ckpt: Path, source
         run(tmp_path, ckpt, source, output, "trainer=ddp_sim", "+trainer.limit_predict_batches=4")
     summary = run(tmp_path, ckpt, source, output, "trainer=ddp_sim")
     assert summary["reused"] >= 2 and output.read_bytes() == single
+
+
+def test_the_api_predicts_what_one_process_and_the_shards_write(tmp_path: Path, ckpt: Path, source: Path,
+                                                                single: bytes) -> None:
+    """The same options through the three ways in: ``neurocrf-predict`` in one process, its
+    resumable run through Lightning's ``predict_step``, and ``Tagger.predict``."""
+    output = tmp_path / "out.jsonl"
+    run(tmp_path, ckpt, source, output, "resumable=true")
+    assert output.read_bytes() == single
+    written = [json.loads(line) for line in single.decode("utf-8").splitlines()]
+    options = PredictOptions(batch_size=3, max_tokens=4096, window=WINDOW, nbest=2)  # run()'s and the config's
+    predicted = [p.to_dict() for p in Tagger.load(ckpt).predict(source.read_text(encoding="utf-8").splitlines(),
+                                                                  options)]
+    assert len(predicted) == len(written) == 61 + WINDOW
+    for ours, file in zip(predicted, written):
+        assert ours["tokens"] == file["tokens"] and ours["tags"] == file["tags"]
+        assert ours["confidences"] == pytest.approx(file["confidences"], abs=1e-6)
+        assert [path["tags"] for path in ours["nbest"]] == [path["tags"] for path in file["nbest"]]

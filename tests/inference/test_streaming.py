@@ -21,8 +21,10 @@ from neurocrf.cli.predict import predict
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import ConllFormatError, read_conll
 from neurocrf.data.inputs import PREFIX_TOKEN_LINES, InputReader, detect_input_format
-from neurocrf.inference.batching import plan_batches
 from neurocrf.inference.output import Terminated
+from neurocrf.inference.run import FilePrediction
+from neurocrf.models.batching import plan_batches
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.tagger import Tagger
 from tests.helpers.sample_data import sample_data_dir, tiny_tagger_checkpoint
 
@@ -84,7 +86,7 @@ def test_predict_iter_reads_a_window_ahead_and_keeps_the_input_order(ckpt: Path,
             pulled.append(line)
             yield line
 
-    stream = tagger.predict_iter(lines(), batch_size=4, max_tokens=60, window=7)
+    stream = tagger.predict_iter(lines(), PredictOptions(batch_size=4, max_tokens=60, window=7))
     first = next(stream)
     assert len(pulled) == 7  # one window read, not the input
     got = [first, *stream]
@@ -93,7 +95,7 @@ def test_predict_iter_reads_a_window_ahead_and_keeps_the_input_order(ckpt: Path,
     for a, b in zip(got, expected):
         assert a.confidences == pytest.approx(b.confidences, abs=1e-5)
         assert [s[:3] for s in a.spans] == [s[:3] for s in b.spans]
-    fast = tagger.predict(text, confidences=False)
+    fast = tagger.predict(text, PredictOptions(confidences=False))
     assert [p.tags for p in fast] == [p.tags for p in expected]
     assert all(p.confidences == [] and p.spans == [] for p in fast)
 
@@ -305,3 +307,23 @@ def test_the_progress_bar_counts_on_a_terminal_and_is_quiet_elsewhere(capsys: py
     with Progress(total_bytes=1000) as bar:  # stderr is no terminal here
         bar.update(3, 40, bytes_read=500)
     assert capsys.readouterr().err == "" and (bar.sentences, bar.tokens) == (3, 40)
+
+
+def test_a_bad_prediction_option_is_refused_in_one_line_before_the_model_loads(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="^prediction option batch_size must be an integer of at least 1, got 0$"):
+        run(tmp_path, tmp_path / "absent.ckpt", source, tmp_path / "out.conll", "batch_size=0")
+
+
+def test_a_file_job_computes_confidences_only_where_its_output_shows_them(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n", encoding="utf-8")
+    options = PredictOptions(batch_size=3, nbest=2)
+
+    def job(output_format: str, confidence: bool) -> FilePrediction:
+        return FilePrediction(source, tmp_path / f"out.{output_format}", output_format=output_format,
+                              confidence=confidence, options=options)
+
+    assert job("conll", False).options == PredictOptions(batch_size=3, nbest=2, confidences=False)
+    assert job("conll", True).options == options and job("jsonl", False).options == options

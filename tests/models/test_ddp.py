@@ -23,6 +23,7 @@ from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import read_conll
 from neurocrf.data.schemes import get_spans
 from neurocrf.models.metrics import span_scores
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.tagger import Tagger
 from tests.helpers.sample_data import sample_data_dir
 
@@ -54,7 +55,7 @@ def single_process_f1(checkpoint: Path, test_file: Path) -> float:
     """F1 of ``Tagger.load(checkpoint).predict`` on the test file: no Trainer, no DDP."""
     tagger = Tagger.load(checkpoint)
     sentences = read_conll(test_file, tag_column=1, delimiter="\t", scheme="IOB2")
-    predictions = tagger.predict([s.tokens for s in sentences], batch_size=32)
+    predictions = tagger.predict([s.tokens for s in sentences], PredictOptions(batch_size=32))
     return span_scores([s.tags for s in sentences], [p.tags_in("IOB2") for p in predictions], "IOB2").f1
 
 

@@ -15,6 +15,7 @@ from neurocrf.data.conll import read_conll
 from neurocrf.data.sample import ensure_sample_corpus
 from neurocrf.encoders import build_vocabularies
 from neurocrf.models.export import ExportableTagger, TaggerVocabulary
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.tagger import Tagger
 
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -49,7 +50,7 @@ def export_and_compare(files: dict[str, Path], tmp_path: Path, fmt: str) -> list
     vocabulary = TaggerVocabulary.load(vocabulary_path(output))
     inputs = vocabulary.encode(sentences)
     exported = vocabulary.decode(run_exported(output, fmt, inputs), inputs["mask"])
-    expected = [p.tags for p in Tagger.load(files["ckpt"]).predict(sentences, batch_size=7)]
+    expected = [p.tags for p in Tagger.load(files["ckpt"]).predict(sentences, PredictOptions(batch_size=7))]
     assert exported == expected
     return exported
 

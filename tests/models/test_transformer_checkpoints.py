@@ -24,6 +24,7 @@ from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.conll import read_conll
 from neurocrf.encoders.hf_model import load_config, load_tokenizer, model_source, tokenizer_options
 from neurocrf.models.building import build_tagger
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.tagger import Tagger
 from tests.helpers.sample_data import sample_data_dir
 from tests.helpers.tiny_models import install_in_hub_cache, save_tiny_bert
@@ -118,11 +119,11 @@ def test_checkpoint_predicts_with_the_model_folder_gone(data_dir: Path, tmp_path
     assert not tagger.encoder.model.training and tagger.encoder.preparer.pooling == "last"
     assert [p.tags for p in tagger.predict(sentences)] == expected
     assert len(expected[-1]) == 700
-    bf16 = tagger.predict(sentences, precision="bf16")  # the encoder under bfloat16 autocast
+    bf16 = tagger.predict(sentences, PredictOptions(precision="bf16"))  # the encoder under bfloat16 autocast
     assert [len(p.tags) for p in bf16] == [len(s) for s in sentences]
     assert all(0.0 <= c <= 1.0 + 1e-6 for p in bf16 for c in p.confidences)
     with pytest.raises(ValueError, match="precision"):
-        tagger.predict(sentences[:1], precision="fp8")
+        PredictOptions(precision="fp8")
 
     output = tmp_path / "pred.conll"
     predict(compose_task_config("predict", tmp_path / "predict", [
@@ -137,7 +138,8 @@ def test_checkpoint_predicts_with_the_model_folder_gone(data_dir: Path, tmp_path
     assert 0.0 <= metrics["test/f1"] <= 1.0
 
 
-def test_loading_never_imports_a_module_named_in_the_checkpoint(data_dir: Path, tmp_path: Path) -> None:
+def test_loading_never_imports_a_module_named_in_the_checkpoint(data_dir: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     model_dir = save_tiny_bert(tmp_path / "bert")
     _train(tmp_path / "run", data_dir, str(model_dir), "test=false")
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
@@ -148,7 +150,7 @@ def test_loading_never_imports_a_module_named_in_the_checkpoint(data_dir: Path, 
     (package / "evil_model_pkg.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\ndef get_model_path():\n"
         f"    return {str(model_dir)!r}\n", encoding="utf-8")
-    sys.path.insert(0, str(package))
+    monkeypatch.syspath_prepend(package)  # importable, so that an import would run it
     try:
         hparams = checkpoint["hyper_parameters"]
         hparams["encoder"]["model_path"] = "pkg:evil_model_pkg"
@@ -166,7 +168,6 @@ def test_loading_never_imports_a_module_named_in_the_checkpoint(data_dir: Path, 
             Tagger.load(named)
         assert not marker.exists()
     finally:
-        sys.path.remove(str(package))
         sys.modules.pop("evil_model_pkg", None)
 
 

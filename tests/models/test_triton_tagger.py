@@ -17,6 +17,7 @@ pytest.importorskip("transformers")
 from neurocrf.data.conll import Sentence  # noqa: E402
 from neurocrf.data.datamodule import SequenceDataModule  # noqa: E402
 from neurocrf.encoders import build_vocabularies  # noqa: E402
+from neurocrf.models.predict_options import PredictOptions
 from neurocrf.models.tagger import Tagger  # noqa: E402
 from neurocrf.structs.engine.triton import runtime  # noqa: E402
 from tests.helpers.tiny_models import save_tiny_bert  # noqa: E402
@@ -77,7 +78,8 @@ def test_a_transformer_tagger_trains_and_predicts_through_the_triton_kernels(
 
     sentences = [s.tokens for s in _sentences(5, seed=2)] + [[]]
     runtime.LAUNCHES.clear()
-    predictions = {backend: tagger.eval().predict(sentences, nbest=2) for backend, tagger in taggers.items()}
+    options = PredictOptions(nbest=2)
+    predictions = {backend: tagger.eval().predict(sentences, options) for backend, tagger in taggers.items()}
     assert runtime.LAUNCHES["search_kernel"] >= 1 and runtime.LAUNCHES["backward_kernel"] >= 1
     for ours, theirs in zip(predictions["triton"], predictions["torch"], strict=True):
         assert ours.tokens == theirs.tokens and ours.tags == theirs.tags

@@ -426,21 +426,17 @@ def test_doctests():
 @pytest.mark.slow
 def test_every_figure_agrees_with_an_installed_discodop(tmp_path):
     """With disco-dop installed (``discodop`` on PATH, or the command in $DISCODOP):
-    scripts/discodop_agreement.py finds the same figures on the hand-made files above and on
+    reproductions/discodop_agreement.py finds the same figures on the hand-made files above and on
     random trees with punctuation, function tags and `let` tags, under each option set."""
     import os
     import shlex
     import shutil
-    import sys
-    from pathlib import Path
 
     command = os.environ.get("DISCODOP") or shutil.which("discodop")
     if not command or not shutil.which(shlex.split(command)[0]):
         pytest.skip("disco-dop is not installed (pip install disco-dop, or DISCODOP=<command>)")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    from discodop_agreement import compare
-
     from neurocrf.parsing.treebank import write_treebank
+    from reproductions.discodop_agreement import compare
 
     rng = random.Random(8)
     labels, tags = ("S", "VP", "NP-SBJ", "NP", "PP=2"), ("N", "V", "let", "$,")

@@ -118,10 +118,7 @@ def test_wsj_sample_split_traces_and_round_trip(tmp_path: Path) -> None:
     tree -> supertags -> tree identity on the training trees."""
     if not (data_root() / "ptb_sample").is_dir():
         pytest.skip("Penn Treebank sample not available (set NEUROCRF_DATA)")
-    import sys
-
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from ptb_trace_report import trace_report
+    from reproductions.ptb_trace_report import trace_report
 
     report = trace_report(data_root() / "ptb_sample")
     assert report["sentences_with_coindexed_traces"] == 1411

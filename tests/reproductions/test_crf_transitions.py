@@ -1,9 +1,8 @@
-"""scripts/crf_transitions.py: transition statistics of a checkpoint, the exact rebuild of the
+"""reproductions/crf_transitions.py: transition statistics of a checkpoint, the exact rebuild of the
 run's initial scores (a short run's scores move by at most what its Adam steps allow), dev F1."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,7 @@ import pytest
 from neurocrf.cli.train import train
 from neurocrf.cli.utils import compose_task_config
 from neurocrf.data.sample import ensure_sample_corpus
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from crf_transitions import main as crf_transitions  # noqa: E402
+from reproductions.crf_transitions import main as crf_transitions
 
 
 def test_transitions_and_their_distance_from_the_initial_scores(tmp_path: Path) -> None:

@@ -1,14 +1,11 @@
-"""scripts/ptb_supertag_table.py: finished runs, mean ± sd per encoder, unfinished runs named."""
+"""reproductions/ptb_supertag_table.py: finished runs, mean ± sd per encoder, unfinished runs named."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-from ptb_supertag_table import collect, format_table  # noqa: E402
+from reproductions.ptb_supertag_table import collect, format_table
 
 
 def write_run(folder: Path, f1: float, dis_f1: float, speed: float) -> None:
@@ -51,7 +48,7 @@ def test_driver_skips_finished_runs_and_resumes_from_the_last_checkpoint(tmp_pat
     (runs / "bilstm_seed2" / "checkpoints").mkdir(parents=True)
     (runs / "bilstm_seed2" / "checkpoints" / "last.ckpt").write_bytes(b"")
     env = {**os.environ, "RUNS_DIR": str(runs), "PYTHON": str(fake), "CALLS": str(tmp_path / "calls")}
-    done = subprocess.run(["bash", str(root / "scripts" / "ptb_supertag_runs.sh"), "bilstm:1", "bilstm:2",
+    done = subprocess.run(["bash", str(root / "reproductions" / "ptb_supertag_runs.sh"), "bilstm:1", "bilstm:2",
                            "minilm:3"], env=env, capture_output=True, text=True, check=True)
     assert "bilstm_seed1: done, skipped" in done.stdout
     calls = (tmp_path / "calls").read_text(encoding="utf-8").splitlines()
@@ -59,6 +56,6 @@ def test_driver_skips_finished_runs_and_resumes_from_the_last_checkpoint(tmp_pat
         f"-m neurocrf.cli.supertag_train experiment=ptb_supertagger_bilstm seed=2 hydra.run.dir={runs}/bilstm_seed2"
         f" ckpt_path={runs}/bilstm_seed2/checkpoints/last.ckpt",
         f"-m neurocrf.cli.supertag_train experiment=ptb_supertagger_minilm seed=3 hydra.run.dir={runs}/minilm_seed3"]
-    bad = subprocess.run(["bash", str(root / "scripts" / "ptb_supertag_runs.sh"), "lstm:1"], env=env,
+    bad = subprocess.run(["bash", str(root / "reproductions" / "ptb_supertag_runs.sh"), "lstm:1"], env=env,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "bad run lstm:1" in bad.stderr

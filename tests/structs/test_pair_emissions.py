@@ -181,23 +181,18 @@ def test_blocked_exp_scan_takes_pair_emissions(monkeypatch, budget):
 
 
 def test_torch_struct_on_the_same_edge_potentials_agrees():
-    """An independent oracle, and the fairness of scripts/bench_pair_emissions.py: torch-struct's
+    """An independent oracle, and the fairness of benchmarks/pair_emissions.py: torch-struct's
     LinearChainCRF on the edge potentials the benchmark builds gives the same log Z and NLL."""
     torch_struct = pytest.importorskip("torch_struct")
-    import importlib.util
-    from pathlib import Path
+    from benchmarks.pair_emissions import edge_potentials
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "bench_pair_emissions.py"
-    spec = importlib.util.spec_from_file_location("bench_pair_emissions", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     crf, _ = make_layer("first_order", IOB2_TAGS, "IOB2", False)
     generator = torch.Generator().manual_seed(9)
     batch, seq_len, n = 3, 6, len(IOB2_TAGS)
     pairs = torch.randn(batch, seq_len, n + 1, n, generator=generator, dtype=torch.float64)
     tags = torch.randint(n, (batch, seq_len), generator=generator)
     lengths = torch.full((batch,), seq_len)
-    dist = torch_struct.LinearChainCRF(bench.edge_potentials(crf, pairs), lengths=lengths)
+    dist = torch_struct.LinearChainCRF(edge_potentials(crf, pairs), lengths=lengths)
     torch.testing.assert_close(dist.partition, crf.log_partition(pairs))
     nll = -dist.log_prob(dist.to_event(tags, n, lengths=lengths))
     torch.testing.assert_close(nll, crf(pairs, tags, reduction="none"))

@@ -1,11 +1,10 @@
-"""Precursor statistics (neurocrf.study.precursor_stats, scripts/precursor_stats.py): exact counts
+"""Precursor statistics (neurocrf.study.precursor_stats, reproductions/precursor_stats.py): exact counts
 on hand-made sentences, corpora read through their data configs, and the real corpora."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,12 +17,11 @@ from neurocrf.study.precursor_stats import (
     read_split_tags,
     resolve_data_config,
 )
+from reproductions.precursor_stats import CORPORA
+from reproductions.precursor_stats import main as precursor_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("NEUROCRF_DATA", ROOT.parent / "shared" / "data"))
-sys.path.insert(0, str(ROOT / "scripts"))
-from precursor_stats import CORPORA  # noqa: E402
-from precursor_stats import main as precursor_script  # noqa: E402
 
 
 def test_counts_on_hand_made_sentences() -> None:

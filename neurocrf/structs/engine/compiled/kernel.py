@@ -23,9 +23,10 @@ a nonzero factor of the next step is at least ``exp(-700)``, so no finite score 
 underflow; a value too small for that is dropped, and the backward pass bounds the relative error
 of ``Z`` the dropped values could have caused; otherwise it reports failure and the caller takes
 the reference's log-space scan); Viterbi in float64 with first-index ties, summing ``score +
-(move + emission)`` (the exported decoder's order); gold-path scores summed in float64. Each takes emissions ``[B, T, C]`` whose columns
-several states may share (``columns``, see :mod:`~neurocrf.structs.engine.columns`), and
-:func:`fold` turns the states' emission gradients into the columns' in the emissions' dtype.
+(move + emission)`` (the exported decoder's order); gold-path scores summed in float64. Each takes
+emissions ``[B, T, C]`` whose columns several states may share (``columns``, see
+:mod:`~neurocrf.structs.engine.columns`), and :func:`fold` turns the states' emission gradients
+into the columns' in the emissions' dtype.
 """
 
 from __future__ import annotations

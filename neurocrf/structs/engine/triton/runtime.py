@@ -154,7 +154,7 @@ def tile_elements(size: int, order: int, k: int = 1) -> int:
 WARPS = {"forward_kernel": (16, 16), "backward_kernel": (4, 8), "search_kernel": (16, 16)}
 """Per kernel: target tile elements per thread and the most warps. The backward kernel holds about
 three times as many tiles at once, and 8 warps keep its register budget at 255 per thread (16
-warps cap it at 128). Chosen with scripts/triton_resources.py so that no kernel spills at the sizes
+warps cap it at 128). Chosen with tools/triton_resources.py so that no kernel spills at the sizes
 the backend runs, but the largest search tiles."""
 
 
