@@ -34,8 +34,12 @@ def version(distribution: str) -> str:
 
 def compiled_kernel() -> str:
     """Where the compiled CPU kernel comes from: built at install, the user cache, or why not."""
-    from neurocrf.structs.engine.compiled import kernel
+    from neurocrf.structs import engine
 
+    try:
+        kernel = engine.load("compiled").kernel
+    except engine.BackendError as error:
+        return f"unavailable: {error}"
     name = kernel.library_name()
     if Path(kernel.__file__).with_name(name).exists():
         return "built at install"

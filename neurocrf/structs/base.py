@@ -19,7 +19,7 @@ from neurocrf.structs.distribution import ChainDistribution
 from neurocrf.structs.engine import PARALLEL_THRESHOLD, SEARCH_DTYPE, check_backend, check_scan
 from neurocrf.structs.engine.chain import Chain
 from neurocrf.structs.engine.semiring import NEG_INF
-from neurocrf.structs.export import ViterbiDecoder, refuse_capture
+from neurocrf.structs.export import ViterbiDecoder, _capturing, refuse_capture
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
 F = TypeVar("F", bound=Callable)
@@ -107,13 +107,16 @@ class ChainCRF(nn.Module):
         entry, whose NLL is +inf anyway)."""
         if allowed is None:
             return x
+        if _capturing():  # fake tensors under torch.export / torch.compile: nothing to cache
+            return x.masked_fill(~allowed, NEG_INF)
         cache = self.__dict__.setdefault("_penalties", {})
         key = (id(allowed), additive)
         version = (allowed._version, allowed.data_ptr(), allowed.device)
         cached = cache.get(key)
         if cached is None or cached[0] != version:
-            penalty = torch.zeros(allowed.shape, device=allowed.device).masked_fill(~allowed, NEG_INF)
-            cached = cache[key] = (version, penalty if additive else ~allowed)
+            with torch.inference_mode(False), torch.no_grad():  # a tensor that autograd may save later
+                penalty = torch.zeros(allowed.shape, device=allowed.device).masked_fill(~allowed, NEG_INF)
+                cached = cache[key] = (version, penalty if additive else ~allowed)
         return x + cached[1] if additive else x.masked_fill(cached[1], NEG_INF)
 
     def _state_emissions(self, emissions: Tensor) -> Tensor:

@@ -77,8 +77,10 @@ def self_check(order: int, per_position: bool, dtype: torch.dtype, device: torch
     """None when the Triton kernels compute what the torch engine computes on a small chain of
     this ``order``, kind of transitions, ``dtype`` and ``device``, else one line saying what
     differed or which error a kernel raised."""
-    from neurocrf.structs.engine import pytorch as reference
+    from neurocrf.structs import engine
     from neurocrf.structs.engine import triton as kernels
+
+    reference = engine.load("torch")
 
     device = torch.device(device)
     try:
