@@ -56,10 +56,10 @@ class LineSource:
     ``bytes_read`` how many (compressed) bytes were consumed, for progress against ``size``
     (None for standard input).
 
-    Raises, while iterating:
+    Raises:
         FileNotFoundError: no such file (raised on construction).
-        ConllFormatError: naming file and line, for bytes not valid in ``encoding`` or a damaged
-            gzip stream.
+        ConllFormatError: while iterating, naming file and line, for bytes not valid in
+            ``encoding`` or a damaged gzip stream.
     """
 
     def __init__(self, path: str | os.PathLike[str], encoding: str = "utf-8", gzip_input: bool | None = None) -> None:

@@ -24,6 +24,7 @@ from neurocrf.encoders.templates import extract_features
 from neurocrf.values import to_plain
 
 ENCODERS = ("bilstm", "transformer", "features")
+"""Encoder names ``config["name"]`` takes (``configs/encoder/<name>.yaml``)."""
 
 
 def _checked(config: Any) -> tuple[dict[str, Any], str]:

@@ -27,7 +27,9 @@ import torch
 from torch import Tensor, nn
 
 PAD = "<pad>"
+"""The padding entry of the vocabularies."""
 UNK = "<unk>"
+"""The entry for words (and characters) outside the vocabulary."""
 
 
 class Encoder(nn.Module):

@@ -61,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
     "bidirectional": True,
     "dropout": 0.5,
 }
+"""The BiLSTM encoder's options and their defaults (``configs/encoder/bilstm.yaml``)."""
 
 # fingerprint of (vocabulary, vector source) -> (vocabulary rows, their pretrained vectors, std)
 _STAGED: OrderedDict[str, tuple[Tensor, Tensor, float]] = OrderedDict()

@@ -181,7 +181,7 @@ class EMAWeights(Callback):
     ``EMAWeights(decay)`` keeps ``avg <- decay * avg + (1 - decay) * w`` of every trainable parameter
     after each optimizer step (with the usual warm-up ``decay_t = min(decay, (1 + t) / (10 + t))``, so
     the first steps do not stay in the average). Validation runs on the averaged weights, the
-    checkpoints' ``state_dict`` holds them (so :meth:`load_from_checkpoint`, ``trainer.test`` and
+    checkpoints' ``state_dict`` holds them (so ``load_from_checkpoint``, ``trainer.test`` and
     ``neurocrf-parse`` use them), and the model holds them when training ends. The current
     (unaveraged) weights travel in the checkpoint under ``ema_current`` so that resuming continues
     training from them.

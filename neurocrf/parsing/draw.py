@@ -42,8 +42,10 @@ from neurocrf.parsing.tree import Tree, TreebankSentence
 
 __all__ = ["GOLD_ONLY", "PRED_ONLY", "tree_svg", "difference_marks", "trees_html"]
 
-GOLD_ONLY = "gold-only"  # a constituent of the gold tree that the prediction misses
-PRED_ONLY = "pred-only"  # a predicted constituent that is not in the gold tree
+GOLD_ONLY = "gold-only"
+"""Class of a gold constituent that the prediction misses."""
+PRED_ONLY = "pred-only"
+"""Class of a predicted constituent that is not in the gold tree."""
 
 _CHAR = 7.4  # estimated width of a character at the font size below, in pixels
 _FONT = 13

@@ -47,6 +47,7 @@ __all__ = ["EvalParams", "load_params", "DEFAULT_PARAMS_FILE", "FUNCTIONS", "wit
            "scored_terminals", "labeled_spans", "bracketings", "evaluate", "format_report", "main"]
 
 DEFAULT_PARAMS_FILE = Path(__file__).with_name("proper.prm")
+"""The evaluation parameters used unless others are given: ``proper.prm``, beside this module."""
 Bracket = tuple[str, frozenset[int]]
 #: what :func:`evaluate` does with function tags (``discodop eval --functions``; ``add``,
 #: ``replace`` and ``between`` need the separate function field that discbracket lacks)

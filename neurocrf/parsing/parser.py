@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 NOPARSE = "NOPARSE"
+"""Root label of the flat fallback tree of a sentence whose supertags do not combine."""
 
 
 @dataclass

@@ -39,6 +39,7 @@ PUNCT_TAGS: frozenset[str] = frozenset({
     "$,", "$(", "$.",                 # NeGra, Tiger (STTS)
     ",", ".", ":", "``", "''",        # Penn Treebank (EVALB's deleted tags)
 })
+"""POS tags of punctuation in the treebanks neurocrf reads (Alpino, NeGra / Tiger, Penn)."""
 
 
 def punctuation_indices(tree: Tree, words: Sequence[str] | None = None, *,

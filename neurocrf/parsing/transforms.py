@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 UNARY_SEP = "+"
+"""Joins the labels of a collapsed unary chain (``S+VP``)."""
 _RESERVED = set("+|^<>")
 _FANOUT_RE = re.compile(r"_(\d+)$")
 

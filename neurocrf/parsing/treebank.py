@@ -1,7 +1,7 @@
 """One entry point for reading and writing treebanks, and the deterministic Alpino split.
 
 Formats: ``alpino`` (a folder of ``alpino_ds`` XML files, :mod:`.alpino`), ``export`` (NeGra
-export 3/4, :mod:`.export`), ``discbracket`` and ``bracket`` (Penn; read only) (:mod:`.bracket`).
+export 3/4, :mod:`~neurocrf.parsing.export`), ``discbracket`` and ``bracket`` (Penn; read only) (:mod:`.bracket`).
 All readers return ``list[TreebankSentence]`` and raise :class:`TreebankFormatError` (a
 ValueError naming file and line) on malformed input.
 
@@ -54,6 +54,7 @@ __all__ = ["FORMATS", "SPLITS", "TREEBANK_DEFAULTS", "TreebankFormatError", "che
 log = logging.getLogger(__name__)
 
 FORMATS = ("alpino", "export", "discbracket", "bracket")
+"""Treebank formats :func:`read_treebank` reads."""
 
 TREEBANK_DEFAULTS: dict[str, Any] = {
     "name": None,
@@ -69,6 +70,7 @@ TREEBANK_DEFAULTS: dict[str, Any] = {
     "v": 1,
     "generate": None,
 }
+"""Options of a treebank config and their defaults."""
 
 
 def data_root() -> Path:

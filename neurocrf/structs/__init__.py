@@ -20,6 +20,7 @@ from neurocrf.structs.precursor import PrecursorInducedCRF
 from neurocrf.structs.second_order import SecondOrderCRF
 
 CRF_KINDS = ("first_order", "second_order", "precursor")
+"""Names of the CRF layers :func:`build_crf` builds (``crf.kind`` in the configs)."""
 
 
 def build_crf(kind: str, tags: list[str], scheme: str | None, constrained: bool = True, **options) -> ChainCRF:

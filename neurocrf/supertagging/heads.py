@@ -1,8 +1,8 @@
 """Supertag output layers: a plain linear head and a factored one.
 
-A supertag ``'<lhs> <attach> <composition> <first> <second>'`` (:class:`~neurocrf.parsing.grammar.
-Supertag`) is a combination of a few parts. The factored head gives each supertag ``s`` the output
-vector and bias
+A supertag ``'<lhs> <attach> <composition> <first> <second>'``
+(:class:`~neurocrf.parsing.grammar.Supertag`) is a combination of a few parts. The factored head
+gives each supertag ``s`` the output vector and bias
 
     w[s] = v[s] + sum_f u_f[part_f(s)]        b[s] = c[s] + sum_f d_f[part_f(s)]
 

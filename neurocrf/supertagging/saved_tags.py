@@ -42,6 +42,7 @@ __all__ = ["FORMAT", "TagDistribution", "SavedSupertags", "tag_distributions", "
            "tag_file_header", "write_tag_file", "read_tag_file"]
 
 FORMAT = "neurocrf-supertag-distributions"
+"""The ``format`` field of a saved-tags file's header."""
 VERSION = 1
 
 

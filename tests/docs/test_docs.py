@@ -35,9 +35,14 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
+def doc_pages() -> list[Path]:
+    """The Markdown pages of the documentation site (the guide among them), not its build."""
+    return sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.relative_to(ROOT).parts)
+
+
 def text_files() -> list[Path]:
     """Docs, README, configs, benchmarks, reproductions and tools: every file a user reads as text."""
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    files = [ROOT / "README.md", *doc_pages(), ROOT / "docs" / "conf.py"]
     files += sorted((ROOT / "configs").rglob("*.yaml"))
     for home in ("benchmarks", "reproductions", "tools"):
         files += sorted(p for p in (ROOT / home).iterdir() if p.suffix in {".py", ".sh", ".md"})
@@ -52,7 +57,7 @@ def notebook_markdown(path: Path) -> str:
 
 def markdown_files() -> dict[Path, str]:
     """README, docs and notebook markdown: the places that link to each other."""
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    pages = [ROOT / "README.md", *doc_pages()]
     texts = {p: p.read_text(encoding="utf-8") for p in pages}
     texts.update({p: notebook_markdown(p) for p in sorted((ROOT / "notebooks").glob("*.ipynb"))})
     return texts

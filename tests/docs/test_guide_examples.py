@@ -23,7 +23,7 @@ from tests.helpers.checkpoints import save_checkpoint
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 # pages that must hold examples (every other page runs its examples when it has any)
-PAGES_WITH_EXAMPLES = ("guide/migration.md", "guide/faq.md")
+PAGES_WITH_EXAMPLES = ("guide/migration.md", "guide/faq.md", "guide/crf_layers.md", "guide/data.md")
 FENCE = re.compile(r"^```(?:pycon|python)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

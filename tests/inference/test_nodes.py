@@ -268,7 +268,7 @@ def test_two_nodes_started_without_slurm_write_the_bytes_of_one(tmp_path: Path, 
 @pytest.mark.slow
 def test_one_run_directory_for_the_job_holds_the_default_output(tmp_path: Path, ckpt: Path, source: Path,
                                                                 single: bytes) -> None:
-    """``srun neurocrf-predict ... hydra.run.dir=logs/predict/slurm-$SLURM_JOB_ID`` (docs/scaling.md)."""
+    """``srun neurocrf-predict ... hydra.run.dir=logs/predict/slurm-$SLURM_JOB_ID`` (docs/guide/prediction.md)."""
     port = free_port()
     shared = tmp_path / "logs" / "predict" / f"slurm-{port}"
     ranks = launch(tmp_path, [slurm(0, port), slurm(1, port)], [arguments(ckpt, source, "null")] * 2,
