@@ -306,7 +306,7 @@ def auto_choice(device: torch.device | str, order: int = 1, dtype: torch.dtype =
         if reason is None:
             return candidate, why + [f"{candidate}: takes the input"]
         why.append(f"{candidate}: {reason}")
-    return "torch", why + ["torch: the reference, runs everywhere"]
+    return "torch", why + ["torch: runs everywhere"]
 
 
 def candidates(requested: str, device: torch.device) -> tuple[str, ...]:
