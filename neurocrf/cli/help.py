@@ -18,6 +18,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from neurocrf.cli.configs import CONFIG_DIR
+
 RESOLVER = "neurocrf_help"
 INFRASTRUCTURE_GROUPS = ("hydra",)  # Hydra's own groups: --hydra-help lists them
 EXIT_STATUSES = """\
@@ -149,10 +151,8 @@ def _groups(root: DictConfig | None, config_dir: Path) -> list[str]:
 def tool_help(name: str, root: DictConfig | None = None, config_dir: str | Path | None = None) -> str:
     """The ``--help`` page of the tool whose primary config is ``configs/<name>.yaml``; ``root``:
     the composed config (current values and groups), None for the values as written;
-    ``config_dir``: None for :data:`neurocrf.cli.utils.CONFIG_DIR`."""
+    ``config_dir``: None for :data:`neurocrf.cli.configs.CONFIG_DIR`."""
     if config_dir is None:
-        from neurocrf.cli.utils import CONFIG_DIR
-
         config_dir = CONFIG_DIR
     folder = Path(config_dir)
     text = (folder / f"{name}.yaml").read_text(encoding="utf-8")

@@ -1,11 +1,9 @@
-"""Shared plumbing of the Hydra entry points: config location, instantiation, seeding, metrics.
+"""Shared plumbing of the Hydra entry points: instantiation, seeding, metrics, composing a tool's
+config (the config directory: :mod:`neurocrf.cli.configs`).
 
-The config directory is, in order: ``$NEUROCRF_CONFIGS``; ``configs/`` of the repository this
-package sits in (``Path(__file__).parents[2]``, also true for an editable install); ``configs/``
-in the working directory; the copy installed inside the package (``neurocrf/configs``, for a
-non-editable install). ``PROJECT_ROOT`` (used by ``configs/paths/default.yaml`` for logs and the
-generated sample) defaults to the directory above the config directory, or to the working
-directory when the configs are the installed copy.
+``PROJECT_ROOT`` (used by ``configs/paths/default.yaml`` for logs and the generated sample)
+defaults to the directory above the config directory, or to the working directory when the configs
+are the installed copy.
 """
 
 from __future__ import annotations
@@ -20,30 +18,12 @@ import hydra
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
+from neurocrf.cli.configs import CONFIG_DIR, PACKAGED_CONFIGS
 from neurocrf.cli.help import register as register_help_resolver
 from neurocrf.values import to_plain
 
 log = logging.getLogger(__name__)
 
-CONFIGS_ENV = "NEUROCRF_CONFIGS"
-PACKAGED_CONFIGS = Path(__file__).parents[1] / "configs"  # installed copy (a link in the repository)
-
-
-def config_dir() -> str:
-    """Absolute path of the Hydra config directory (see the module docstring)."""
-    override = os.environ.get(CONFIGS_ENV)
-    if override:
-        return str(Path(override).expanduser().resolve())
-    candidates = [Path(__file__).resolve().parents[2] / "configs", Path.cwd() / "configs", PACKAGED_CONFIGS]
-    for candidate in candidates:
-        if (candidate / "train.yaml").is_file():
-            return str(candidate)
-    # Hydra reports a missing primary config directory itself; name the fix here.
-    log.warning("no neurocrf configs found in %s; set %s", [str(c) for c in candidates], CONFIGS_ENV)
-    return str(candidates[0])
-
-
-CONFIG_DIR = config_dir()
 register_help_resolver()  # configs/hydra/default.yaml names it: any composition of a tool's config needs it
 os.environ.setdefault(
     "PROJECT_ROOT", str(Path.cwd() if Path(CONFIG_DIR) == PACKAGED_CONFIGS else Path(CONFIG_DIR).parent)

@@ -213,7 +213,7 @@ def test_gpu_bf16_fast_dev_run_and_predict(head: str, data_dir: Path, tmp_path: 
 
 
 def test_config_dir_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from neurocrf.cli.utils import CONFIGS_ENV, config_dir
+    from neurocrf.cli.configs import CONFIGS_ENV, config_dir
 
     monkeypatch.delenv(CONFIGS_ENV, raising=False)
     assert Path(config_dir()) == Path(__file__).resolve().parents[2] / "configs"
@@ -229,7 +229,7 @@ def test_wheel_carries_the_configs(tmp_path: Path) -> None:
     import sys
     import zipfile
 
-    from neurocrf.cli.utils import PACKAGED_CONFIGS
+    from neurocrf.cli.configs import PACKAGED_CONFIGS
 
     repo = Path(__file__).resolve().parents[2]
     assert (PACKAGED_CONFIGS / "train.yaml").is_file()
