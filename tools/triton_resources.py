@@ -21,7 +21,7 @@ import time
 import triton
 
 from neurocrf.structs.engine.triton import runtime
-from neurocrf.structs.engine.triton.compiling import KERNELS, Case, compile_kernel, resource_usage
+from tools.triton_compiling import KERNELS, Case, compile_kernel, resource_usage
 
 # (C, order, k): first-order tag sets, the precursor's expanded states, pair states; k for search.
 # From (18, 2, 1) on the blocked kernels: pair states of 17 and 33 tags, 200 states, k = 16 at 33

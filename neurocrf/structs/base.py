@@ -14,11 +14,12 @@ from typing import Callable, TypeVar
 import torch
 from torch import Tensor, nn
 
+from neurocrf.structs import engine
 from neurocrf.structs.distribution import ChainDistribution
 from neurocrf.structs.engine import PARALLEL_THRESHOLD, SEARCH_DTYPE, check_backend, check_scan
 from neurocrf.structs.engine.chain import Chain
 from neurocrf.structs.engine.semiring import NEG_INF
-from neurocrf.structs.export import ViterbiDecoder, refuse_capture
+from neurocrf.structs.export import ViterbiDecoder, _capturing, refuse_capture
 
 REDUCTIONS = ("none", "sum", "mean", "token_mean")
 F = TypeVar("F", bound=Callable)
@@ -94,9 +95,29 @@ class ChainCRF(nn.Module):
         self._backend = check_backend(name)
 
     # --- what a layer defines -------------------------------------------------------------------
-    def _potentials(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
-        """``start [*S]``, ``transitions [*S, C]``, ``end [*S]`` in ``dtype``."""
+    def _potentials(self, dtype: torch.dtype, additive: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """``start [*S]``, ``transitions [*S, C]``, ``end [*S]`` in ``dtype``, forbidden entries
+        ``-inf`` (see :meth:`_forbid` for ``additive``)."""
         raise NotImplementedError
+
+    def _forbid(self, x: Tensor, allowed: Tensor | None, additive: bool = False) -> Tensor:
+        """``x`` with ``-inf`` where ``allowed`` is False: a masked fill (zero gradients there), or
+        with ``additive`` a 0 / ``-inf`` penalty added (built once per mask: one op forward, none
+        backward; the gradients there are the marginals, 0 unless a gold path takes a forbidden
+        entry, whose NLL is +inf anyway)."""
+        if allowed is None:
+            return x
+        if _capturing():  # fake tensors under torch.export / torch.compile: nothing to cache
+            return x.masked_fill(~allowed, NEG_INF)
+        cache = self.__dict__.setdefault("_penalties", {})
+        key = (id(allowed), additive)
+        version = (allowed._version, allowed.data_ptr(), allowed.device)
+        cached = cache.get(key)
+        if cached is None or cached[0] != version:
+            with torch.inference_mode(False), torch.no_grad():  # a tensor that autograd may save later
+                penalty = torch.zeros(allowed.shape, device=allowed.device).masked_fill(~allowed, NEG_INF)
+                cached = cache[key] = (version, penalty if additive else ~allowed)
+        return x + cached[1] if additive else x.masked_fill(cached[1], NEG_INF)
 
     def _state_emissions(self, emissions: Tensor) -> Tensor:
         """Tag emissions ``[B, T, L]`` -> state emissions ``[B, T, *S]``."""
@@ -116,6 +137,27 @@ class ChainCRF(nn.Module):
         """Compacted pair emissions ``[B, T, L + 1, L]`` -> tag emissions ``[B, T, L]`` and
         per-position transitions ``[B, T, *S, C]`` (layers with ``accepts_pair_emissions``)."""
         raise NotImplementedError
+
+    def _tag_reading(self) -> tuple[Tensor | None, Tensor | None, Tensor | None] | None:
+        """How a backend that reads tag emissions and masks in place (see :meth:`_masked`) maps
+        this layer's states to tags: ``(columns, automaton, labels)`` or None when it cannot.
+        ``columns [C]``: the tag emission column of each last state component (-1: none; None:
+        the states are the columns); ``automaton [|S| + 1, L]`` int32: the state after (state, or
+        ``|S|`` at the start; tag) (None: states are tags); ``labels [|S|]``: the tag of each
+        state (None: states are tags). Default None."""
+        return None
+
+    def _masked(self, quantity: str, potentials: tuple[Tensor, Tensor, Tensor], emissions: Tensor, lengths: Tensor,
+                k: int = 1):
+        """The function ``masked_<quantity>`` of the backend that computes ``quantity`` here, when it
+        has one and this layer maps its states to tags (:meth:`_tag_reading`), else None. Such a
+        function reads the uncompacted tag emissions and the mask itself: no compaction, state
+        emissions or gold states are built on the host and nothing waits for the device."""
+        if emissions.dim() != 3 or "triton" not in engine.candidates(self.backend, emissions.device) \
+                or self._tag_reading() is None:
+            return None
+        name, module = engine.select(self.backend, quantity, *potentials, emissions, lengths, scan=self.scan, k=k)
+        return getattr(module, "masked_" + ("kbest" if quantity == "kbest" else "nll"), None)
 
     # --- input handling -------------------------------------------------------------------------
     def _check(self, emissions: Tensor, mask: Tensor | None) -> Tensor:
@@ -277,6 +319,9 @@ class ChainCRF(nn.Module):
         """
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        masked = self._masked_nll(emissions, tags, mask)
+        if masked is not None:
+            return self._reduce(masked[0], reduction, masked[1])
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask)
         tags = self._check_tags(tags, emissions, mask)
         chain = self._tag_chain(potentials, compact, lengths)
@@ -290,13 +335,38 @@ class ChainCRF(nn.Module):
             numerator = chain.path_score(states)
         # no valid path: log Z = numerator = -inf; the where also keeps NaN out of the gradients
         nll = torch.where(torch.isneginf(log_z), torch.full_like(log_z, float("inf")), log_z - numerator)
+        return self._reduce(nll, reduction, lengths)
+
+    @staticmethod
+    def _reduce(nll: Tensor, reduction: str, lengths: Tensor) -> Tensor:
         if reduction == "none":
             return nll
         if reduction == "sum":
             return nll.sum()
         if reduction == "mean":
             return nll.sum() / max(nll.shape[0], 1)
-        return nll.sum() / mask.sum().clamp(min=1)
+        return nll.sum() / lengths.sum().clamp(min=1)
+
+    def _masked_nll(self, emissions: Tensor, tags: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor] | None:
+        """``([B] NLL, lengths)`` from a backend's ``masked_nll`` (see :meth:`_masked`), or None.
+        Tag ids are checked for shape and type only: an id outside ``[0, num_tags)`` at a True
+        position makes its row's NLL NaN (checking values here would make the host wait)."""
+        if not isinstance(tags, Tensor) or tags.dtype == torch.bool or not isinstance(emissions, Tensor) \
+                or "triton" not in engine.candidates(self.backend, emissions.device):
+            return None
+        mask = self._check(emissions, mask)
+        potentials = self._potentials(self._compute_dtype(emissions), additive=True)
+        lengths = mask.sum(1)
+        function = self._masked("log_partition", potentials, emissions, lengths)
+        if function is None:
+            return None
+        batch, seq_len = emissions.shape[:2]
+        if tuple(tags.shape) != (batch, seq_len) or tags.is_floating_point():
+            raise ValueError(f"tags must be integer ids [batch, seq_len] = {(batch, seq_len)}, got {tags.dtype} "
+                             f"{tuple(tags.shape)}")
+        columns, automaton, _ = self._tag_reading()
+        tags = tags.to(device=emissions.device, dtype=torch.long)
+        return function(*potentials, emissions, mask, lengths, tags, automaton, columns), lengths
 
     @_float_math
     def window_log_partition(
@@ -355,6 +425,9 @@ class ChainCRF(nn.Module):
     def decode(self, emissions: Tensor, mask: Tensor | None = None) -> Tensor:
         """Viterbi tags ``[batch, seq_len]`` (-1 at masked positions), found in float64 whatever
         the emissions' dtype (see :data:`~neurocrf.structs.engine.SEARCH_DTYPE`)."""
+        masked = self._masked_kbest(emissions, mask, 1, normalize=False)
+        if masked is not None:
+            return masked[0][:, 0]
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask, SEARCH_DTYPE)
         with torch.no_grad():
             states, _ = self._tag_chain(potentials, compact, lengths).viterbi()
@@ -372,6 +445,9 @@ class ChainCRF(nn.Module):
             float64 log-probabilities ``[batch, k]``, non-increasing (``-inf`` where a row has
             fewer than ``k`` paths; all ``-inf`` for a row without any valid path).
         """
+        masked = self._masked_kbest(emissions, mask, k, normalize=True)
+        if masked is not None:
+            return masked
         mask, order, lengths, width, compact, potentials = self._prepare(emissions, mask, SEARCH_DTYPE)
         with torch.no_grad():
             state_emissions = self._state_emissions(compact)
@@ -383,6 +459,22 @@ class ChainCRF(nn.Module):
         tags = self._scatter_positions(tags, order_k, width, -1, emissions.shape[1])
         log_probs = torch.where(torch.isneginf(scores), scores, scores - log_z.unsqueeze(1))
         return tags.view(batch, k, emissions.shape[1]), log_probs
+
+    def _masked_kbest(self, emissions: Tensor, mask: Tensor | None, k: int, normalize: bool
+                      ) -> tuple[Tensor, Tensor] | None:
+        """Tags ``[B, k, T]`` and float64 scores (log-probabilities with ``normalize``) from a
+        backend's ``masked_kbest`` (see :meth:`_masked`; it searches in float64 whatever the
+        potentials' dtype), or None."""
+        mask = self._check(emissions, mask)
+        potentials = self._potentials(self._compute_dtype(emissions), additive=True)
+        lengths = mask.sum(1)
+        function = self._masked("kbest", potentials, emissions, lengths, k)
+        if function is None:
+            return None
+        columns, _, labels = self._tag_reading()
+        with torch.no_grad():
+            return function(*potentials, emissions, mask, lengths, k, labels=labels, columns=columns,
+                            normalize=normalize)
 
     @_float_math
     def marginals(self, emissions: Tensor, mask: Tensor | None = None) -> Tensor:

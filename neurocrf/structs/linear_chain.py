@@ -7,12 +7,6 @@ from torch import Tensor, nn
 
 from neurocrf.structs.base import ChainCRF
 from neurocrf.structs.constraints import Constraints
-from neurocrf.structs.engine.semiring import NEG_INF
-
-
-def _masked(param: Tensor, allowed: Tensor | None, dtype: torch.dtype) -> Tensor:
-    param = param.to(dtype)
-    return param if allowed is None else param.masked_fill(~allowed, NEG_INF)
 
 
 def pair_emissions(emissions: Tensor, transition_scores: Tensor) -> Tensor:
@@ -76,16 +70,19 @@ class LinearChainCRF(ChainCRF):
         nn.init.uniform_(self.transitions, -0.1, 0.1)
         nn.init.uniform_(self.end_transitions, -0.1, 0.1)
 
-    def _potentials(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
-        return (_masked(self.start_transitions, self.allowed_start, dtype),
-                _masked(self.transitions, self.allowed_transitions, dtype),
-                _masked(self.end_transitions, self.allowed_end, dtype))
+    def _potentials(self, dtype: torch.dtype, additive: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        return (self._forbid(self.start_transitions.to(dtype), self.allowed_start, additive),
+                self._forbid(self.transitions.to(dtype), self.allowed_transitions, additive),
+                self._forbid(self.end_transitions.to(dtype), self.allowed_end, additive))
 
     def _state_emissions(self, emissions: Tensor) -> Tensor:
         return emissions
 
     def _gold_states(self, tags: Tensor) -> Tensor:
         return tags
+
+    def _tag_reading(self) -> tuple[None, None, None]:
+        return None, None, None  # states are tags
 
     def _split_pair_emissions(self, pairs: Tensor, transitions: Tensor) -> tuple[Tensor, Tensor]:
         # row L scores the first position alone; every later position is scored on its incoming edge

@@ -28,7 +28,6 @@ from torch import Tensor, nn
 from neurocrf.structs.base import ChainCRF
 from neurocrf.structs.constraints import OUTSIDE, allowed_transitions, split_tag
 from neurocrf.structs.engine import columns as shared
-from neurocrf.structs.engine.semiring import NEG_INF
 
 
 class PrecursorInducedCRF(ChainCRF):
@@ -107,6 +106,12 @@ class PrecursorInducedCRF(ChainCRF):
         self.register_buffer("allowed_moves", moves, persistent=False)
         self.register_buffer("allowed_end", end, persistent=False)
         self.register_buffer("o_states", torch.tensor(o_states), persistent=False)
+        # the state after (state, tag), the row num_states standing for the start: _gold_states as an automaton
+        automaton = torch.arange(n).repeat(num_states + 1, 1)
+        automaton[:num_states, o_index] = torch.where(labels == o_index, torch.arange(num_states),
+                                                      memory_state[labels.clamp(max=n - 1)])
+        automaton[num_states, o_index] = o_index
+        self.register_buffer("gold_automaton", automaton.to(torch.int32), persistent=False)
         self.o_index = o_index
         self.memory_keys = keys
         self.start_transitions = nn.Parameter(torch.empty(num_states))
@@ -125,13 +130,18 @@ class PrecursorInducedCRF(ChainCRF):
     def _state_shape(self) -> tuple[int, ...]:
         return (self.state_labels.shape[0],)
 
-    def _potentials(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
-        return (self.start_transitions.to(dtype).masked_fill(~self.allowed_start, NEG_INF),
-                self.transitions.to(dtype).masked_fill(~self.allowed_moves, NEG_INF),
-                self.end_transitions.to(dtype).masked_fill(~self.allowed_end, NEG_INF))
+    def _potentials(self, dtype: torch.dtype, additive: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        return (self._forbid(self.start_transitions.to(dtype), self.allowed_start, additive),
+                self._forbid(self.transitions.to(dtype), self.allowed_moves, additive),
+                self._forbid(self.end_transitions.to(dtype), self.allowed_end, additive))
 
     def _emission_columns(self) -> Tensor | None:
         return self.state_labels if self.state_bias is None else None
+
+    def _tag_reading(self) -> tuple[Tensor, Tensor, Tensor] | None:
+        if self.state_bias is not None:
+            return None
+        return self.state_labels, self.gold_automaton, self.state_labels
 
     def _state_emissions(self, emissions: Tensor) -> Tensor:
         expanded = shared.expand(emissions, self.state_labels)

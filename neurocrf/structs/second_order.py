@@ -16,7 +16,6 @@ from torch import Tensor, nn
 
 from neurocrf.structs.base import ChainCRF
 from neurocrf.structs.constraints import Constraints
-from neurocrf.structs.engine.semiring import NEG_INF
 
 
 class SecondOrderCRF(ChainCRF):
@@ -67,27 +66,52 @@ class SecondOrderCRF(ChainCRF):
         self.register_buffer("allowed_end_states", end_ok, persistent=False)
         labels = torch.arange(size * size) % size  # state (b, c) emits c; BOS column -> index n (dropped)
         self.register_buffer("state_labels", labels, persistent=False)
+        # read in place: the pair (b, c) reads tag column c (none for BOS); after (pair (a, b), tag y) comes (b, y)
+        columns = torch.cat([torch.arange(n), torch.tensor([-1])])
+        automaton = torch.cat([(torch.arange(size * size) % size) * size, torch.tensor([n * size])])
+        self.register_buffer("tag_columns", columns, persistent=False)
+        self.register_buffer("potential_index", self._potential_index(start_ok, move_ok, end_ok), persistent=False)
+        self.register_buffer("potential_constants", torch.tensor([0.0, float("-inf")]), persistent=False)
+        self.register_buffer("gold_automaton", (automaton[:, None] + torch.arange(n)).to(torch.int32),
+                             persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         for param in self.parameters():
             nn.init.uniform_(param, -0.1, 0.1)
 
-    def _potentials(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
-        n = self.num_tags
-        size = n + 1
-        start = self.start_transitions.new_zeros(size, size, dtype=dtype)
-        start[n, :n] = self.start_transitions.to(dtype)
-        moves = self.transitions.new_zeros(size, size, size, dtype=dtype)
-        pairs = self.transitions.to(dtype)
-        moves[:n, :n, :n] = self.triple_transitions.to(dtype) + pairs
-        moves[n, :n, :n] = self.start_pair_transitions.to(dtype) + pairs
-        end = self.end_transitions.new_zeros(size, size, dtype=dtype)
-        end[:n, :n] = self.end_pair_transitions.to(dtype) + self.end_transitions.to(dtype)
-        end[n, :n] = self.end_transitions.to(dtype)
-        return (start.masked_fill(~self.allowed_start_states, NEG_INF),
-                moves.masked_fill(~self.allowed_moves, NEG_INF),
-                end.masked_fill(~self.allowed_end_states, NEG_INF))
+    def _potential_index(self, start_ok: Tensor, move_ok: Tensor, end_ok: Tensor) -> Tensor:
+        """``[|S| + |S| (L + 1) + |S|, 2]``: the two entries of the concatenated parameters (and
+        the constants 0 and -inf after them) whose sum is each entry of the pair-state start,
+        transition and end scores (see :meth:`_potentials`)."""
+        n, size = self.num_tags, self.num_tags + 1
+        sizes = [n, n * n, n * n, n ** 3, n * n, n]
+        offsets = torch.tensor([0, *sizes]).cumsum(0).tolist()
+        o_start, o_pair, o_moves, o_triple, o_end_pair, o_end, zero = offsets
+        neg = zero + 1
+        b, c = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
+        real = c < n
+        start = torch.stack([torch.where(real & (b == n), o_start + c, neg), torch.full_like(b, zero)], -1)
+        first = torch.where(b < n, o_end_pair + b * n + c, zero)
+        end = torch.stack([torch.where(real, first, neg), torch.where(real, o_end + c, zero)], -1)
+        a, b, c = torch.meshgrid(torch.arange(size), torch.arange(size), torch.arange(size), indexing="ij")
+        real = (b < n) & (c < n)
+        first = torch.where(a < n, o_triple + (a * n + b) * n + c, o_pair + b * n + c)
+        moves = torch.stack([torch.where(real, first, neg), torch.where(real, o_moves + b * n + c, zero)], -1)
+        parts = [(start, start_ok), (moves, move_ok), (end, end_ok)]
+        return torch.cat([torch.where(ok[..., None] | (part[..., :1] == neg), part, torch.stack(
+            [torch.full_like(part[..., 0], neg), part[..., 1]], -1)).reshape(-1, 2) for part, ok in parts])
+
+    def _potentials(self, dtype: torch.dtype, additive: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        # each pair-state score is a sum of two entries of the concatenated parameters (or 0, or
+        # -inf: BOS rows and columns, constraints): three ops forward, two backward, any size
+        size = self.num_tags + 1
+        flat = torch.cat([self.start_transitions, self.start_pair_transitions.reshape(-1), self.transitions.reshape(-1),
+                          self.triple_transitions.reshape(-1), self.end_pair_transitions.reshape(-1),
+                          self.end_transitions, self.potential_constants])
+        values = flat.to(dtype).index_select(0, self.potential_index.view(-1)).view(-1, 2).sum(-1)
+        start, moves, end = values.split([size * size, size ** 3, size * size])
+        return start.view(size, size), moves.view(size, size, size), end.view(size, size)
 
     def _state_shape(self) -> tuple[int, ...]:
         return (self.num_tags + 1, self.num_tags + 1)
@@ -96,6 +120,9 @@ class SecondOrderCRF(ChainCRF):
         batch, seq_len, n = emissions.shape
         padded = torch.cat([emissions, emissions.new_zeros(batch, seq_len, 1)], dim=-1)
         return padded.unsqueeze(2).expand(batch, seq_len, n + 1, n + 1)
+
+    def _tag_reading(self) -> tuple[Tensor, Tensor, Tensor]:
+        return self.tag_columns, self.gold_automaton, self.state_labels
 
     def _gold_states(self, tags: Tensor) -> Tensor:
         size = self.num_tags + 1

@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HOMES = ("benchmarks", "reproductions", "tools")
-LIBRARIES = {"benchmarks/common.py", "benchmarks/train_flair.py", "reproductions/precursor_tables.py"}
+LIBRARIES = {"benchmarks/common.py", "benchmarks/train_flair.py", "reproductions/precursor_tables.py",
+             "tools/triton_compiling.py"}
 
 
 def scripts(home: str) -> list[Path]:

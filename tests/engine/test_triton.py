@@ -36,7 +36,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:divide by zero encountered in lo
 @pytest.fixture(autouse=True)
 def interpreted(request, monkeypatch):
     """CPU tests: Triton's interpreter; ``gpu`` tests: compiled kernels."""
-    if "gpu" in request.keywords:
+    if request.node.get_closest_marker("gpu") is not None:
         monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     else:
         monkeypatch.setenv("TRITON_INTERPRET", "1")

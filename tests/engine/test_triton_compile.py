@@ -14,7 +14,7 @@ import pytest
 triton = pytest.importorskip("triton")
 pytestmark = pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION is unset")  # triton 3.9's notice
 
-from neurocrf.structs.engine.triton.compiling import KERNELS, Case, compile_kernel, nvidia_tool, resource_usage  # noqa: E402
+from tools.triton_compiling import KERNELS, Case, compile_kernel, nvidia_tool, resource_usage  # noqa: E402
 
 if nvidia_tool("ptxas") is None:
     pytest.skip("ptxas is not available", allow_module_level=True)
@@ -23,8 +23,10 @@ if not isinstance(triton.language.standard._sum_combine, triton.runtime.JITFunct
     pytest.skip("triton was imported in interpreter mode (TRITON_INTERPRET=1)", allow_module_level=True)
 
 # blocked kernels (state spaces past one on-chip tile): 200 states, k = 16 at 33 states
+# lean: the options of the layers' masked NLL and search (mask compaction, columns, gold path, labels)
 DEFAULT = [Case(kernel, 9) for kernel in KERNELS] + [Case("forward_kernel", 200), Case("backward_kernel", 200),
-                                                       Case("search_kernel", 33, k=16)]
+                                                       Case("search_kernel", 33, k=16)] + [
+    Case(kernel, 9, lean=True) for kernel in KERNELS]
 SLOW = ([Case("search_kernel", 9, k=5)] + [Case(kernel, 6, 2) for kernel in KERNELS]
         + [Case(kernel, size, order) for kernel in KERNELS for size, order in ((17, 1), (33, 1), (10, 2))]
         + [Case(kernel, 9, per_position=True) for kernel in KERNELS]
@@ -35,7 +37,8 @@ SLOW = ([Case("search_kernel", 9, k=5)] + [Case(kernel, 6, 2) for kernel in KERN
         + [Case(kernel, 34, 2) for kernel in KERNELS] + [Case("search_kernel", 200), Case("search_kernel", 34, 2, k=16)]
         + [Case(kernel, 200, per_position=True) for kernel in KERNELS[:2]]
         + [Case(kernel, 34, 2, dtype="float64", emissions="float64") for kernel in KERNELS]
-        + [Case(kernel, 200, emissions="bfloat16") for kernel in KERNELS[:2]])
+        + [Case(kernel, 200, emissions="bfloat16") for kernel in KERNELS[:2]]
+        + [Case(kernel, 200, lean=True) for kernel in KERNELS] + [Case(kernel, 5, 2, lean=True) for kernel in KERNELS])
 CASES = ([pytest.param(case, arch, id=f"{case}-sm{arch}") for arch in (80, 90) for case in DEFAULT]
          + [pytest.param(case, arch, id=f"{case}-sm{arch}", marks=pytest.mark.slow) for arch in (80, 90)
             for case in SLOW])

@@ -44,7 +44,18 @@ reference, and the reference against brute-force enumeration
 
 A backend asked for by name computes the quantity or raises :class:`BackendError` saying why (not
 installed, kernel not built, wrong device, an input it does not take); it never falls back to
-another backend. The environment variable ``NEUROCRF_CRF_BACKEND`` sets the backend for a whole
+another backend.
+
+Trust before use. A backend module may define ``auto_reason()`` (why ``"auto"`` does not take it
+on this machine: the Triton backend outside the Triton versions its kernels are tested with) and
+``self_check(order, per_position, dtype, device)`` (its results against the torch engine on a
+small random problem). The first time a quantity of a kind (state order, shared or per-position
+transitions), dtype and device would run on such a backend in a process, :func:`select` runs the
+check; if it fails, ``"auto"`` warns once (backend, kind, device, the backend's version, what
+differed or the error) and uses torch for that kind in that process, while a backend named
+explicitly raises :class:`BackendError`. ``NEUROCRF_TRITON_SELF_CHECK=0`` skips the check;
+:func:`self_checks` lists the results so far, :func:`auto_choice` says what ``"auto"`` takes on a
+device and why. The environment variable ``NEUROCRF_CRF_BACKEND`` sets the backend for a whole
 run: it replaces ``"auto"``, while a layer built or set with another name keeps its own.
 ``NEUROCRF_COMPILED_KERNEL=0`` (the older switch) keeps ``"auto"`` off the compiled kernel.
 
@@ -69,6 +80,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Protocol, runtime_checkable
@@ -94,6 +106,9 @@ length), so the Viterbi path is the first of the k best."""
 _MODULES = {"torch": "neurocrf.structs.engine.pytorch", "compiled": "neurocrf.structs.engine.compiled",
             "triton": "neurocrf.structs.engine.triton"}
 _AUTO_ORDER = {"cuda": ("triton",), "cpu": ("compiled",)}
+SELF_CHECK_ENV = "NEUROCRF_TRITON_SELF_CHECK"
+"""Environment variable: ``0`` (or ``false``, ``off``, ``no``) skips the backends' self-checks."""
+_CHECKS: dict[tuple, str | None] = {}
 
 
 class BackendError(RuntimeError):
@@ -205,13 +220,100 @@ def select(requested: str, quantity: str, start: Tensor, transitions: Tensor, en
         module, reason = _reason(name, quantity, potentials, k)
         if reason is not None:
             raise BackendError(f"CRF backend {name!r} cannot compute {quantity}: {reason}")
+        _trust(name, module, start, transitions, emissions, named=True)
         return name, module
     if scan == "auto":
         for candidate in _AUTO_ORDER.get(emissions.device.type, ()):
             module, reason = _reason(candidate, quantity, potentials, k)
+            if reason is None and getattr(module, "auto_reason", None) is not None:
+                reason = module.auto_reason()
+            if reason is None:
+                reason = _trust(candidate, module, start, transitions, emissions)
             if reason is None:
                 return candidate, module
     return "torch", load("torch")
+
+
+def _kind(start: Tensor, transitions: Tensor) -> tuple[int, bool]:
+    """``(order, per-position transitions)`` of a chain: what a backend's self-check is keyed by."""
+    return start.dim(), transitions.dim() > start.dim() + 1
+
+
+def _trust(name: str, module: ModuleType, start: Tensor, transitions: Tensor, emissions: Tensor,
+           named: bool = False) -> str | None:
+    """None when backend ``name`` passed its self-check (run once per kind, dtype and device in a
+    process; skipped by :data:`SELF_CHECK_ENV` or a backend without one), else why not: ``"auto"``
+    warns once and goes on, a backend named explicitly (``named``) raises BackendError."""
+    check = getattr(module, "self_check", None)
+    if check is None or os.environ.get(SELF_CHECK_ENV, "1").strip().lower() in ("0", "false", "off", "no"):
+        return None
+    order, per_position = _kind(start, transitions)
+    key = (name, order, per_position, start.dtype, emissions.device)
+    if key not in _CHECKS:
+        _CHECKS[key] = reason = check(order, per_position, start.dtype, emissions.device)
+        if reason is not None and not named:
+            warnings.warn(f"the {name!r} CRF backend failed its self-check ({_describe_key(key)}, "
+                          f"{_version(module)}): {reason}; 'auto' uses the torch backend for these chains "
+                          f"in this process ({SELF_CHECK_ENV}=0 skips the check)", RuntimeWarning, stacklevel=4)
+    reason = _CHECKS[key]
+    if reason is not None and named:
+        raise BackendError(f"CRF backend {name!r} failed its self-check ({_describe_key(key)}): {reason}")
+    return None if reason is None else f"failed its self-check: {reason}"
+
+
+def _describe_key(key: tuple) -> str:
+    name, order, per_position, dtype, device = key
+    kind = "first-order states" if order == 1 else "pair states"
+    return f"{kind}, {'per-position' if per_position else 'shared'} transitions, {dtype}, device {device}"
+
+
+def _version(module: ModuleType) -> str:
+    version = getattr(module, "version", None)
+    return version() if callable(version) else "version unknown"
+
+
+def self_checks() -> dict[str, str]:
+    """The self-checks run so far in this process: a description of each -> ``"passed"`` or why
+    it failed."""
+    return {f"{key[0]}: {_describe_key(key)}": reason or "passed" for key, reason in _CHECKS.items()}
+
+
+def auto_choice(device: torch.device | str, order: int = 1, dtype: torch.dtype = torch.float32,
+                check: bool = False) -> tuple[str, list[str]]:
+    """The backend ``"auto"`` takes for a small chain of ``order`` in ``dtype`` on ``device``
+    (taking :data:`ENV` into account) and why: one line per backend tried before it. With
+    ``check`` the self-checks run (on a GPU: compiles the kernels); without, a backend whose
+    self-check has not run yet counts as passing."""
+    device = torch.device(device)
+    size = 3
+    start = torch.zeros((size,) * order, dtype=dtype, device=device)
+    potentials = (start, torch.zeros((size,) * (order + 1), dtype=dtype, device=device), start,
+                  torch.zeros((1, 2) + (size,) * order, dtype=dtype, device=device),
+                  torch.ones(1, dtype=torch.long, device=device))
+    name = resolve("auto")
+    if name != "auto":
+        return name, [f"{ENV}={name} replaces 'auto'"]
+    why = []
+    for candidate in _AUTO_ORDER.get(device.type, ()):
+        module, reason = _reason(candidate, "log_partition", potentials, 1)
+        if reason is None and getattr(module, "auto_reason", None) is not None:
+            reason = module.auto_reason()
+        if reason is None and check:
+            reason = _trust(candidate, module, potentials[0], potentials[1], potentials[3])
+        elif reason is None:
+            key = (candidate, order, False, dtype, potentials[3].device)
+            reason = None if _CHECKS.get(key) is None else f"failed its self-check: {_CHECKS[key]}"
+        if reason is None:
+            return candidate, why + [f"{candidate}: takes the input"]
+        why.append(f"{candidate}: {reason}")
+    return "torch", why + ["torch: runs everywhere"]
+
+
+def candidates(requested: str, device: torch.device) -> tuple[str, ...]:
+    """The backends a layer set to ``requested`` may run with on ``device``, before looking at its
+    inputs: the one named (by the layer or :data:`ENV`), else those ``"auto"`` tries, then torch."""
+    name = resolve(requested)
+    return (name,) if name != "auto" else (*_AUTO_ORDER.get(device.type, ()), "torch")
 
 
 def describe() -> dict[str, str]:
@@ -226,5 +328,6 @@ def describe() -> dict[str, str]:
     return out
 
 
-__all__ = ["BACKENDS", "ENV", "PARALLEL_THRESHOLD", "QUANTITIES", "SCANS", "SEARCH_DTYPE", "Backend", "BackendError",
-           "check_backend", "check_scan", "describe", "load", "resolve", "select"]
+__all__ = ["BACKENDS", "ENV", "PARALLEL_THRESHOLD", "QUANTITIES", "SCANS", "SEARCH_DTYPE", "SELF_CHECK_ENV", "Backend",
+           "BackendError", "auto_choice", "candidates", "check_backend", "check_scan", "describe", "load", "resolve",
+           "select", "self_checks"]

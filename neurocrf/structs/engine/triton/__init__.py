@@ -12,7 +12,10 @@ expanded precursor states) or 2 (pair states).
 - :func:`node_marginals`: ``[B, T, |S|]``;
 - :func:`viterbi`, :func:`kbest`: flat states and float64 scores, identical to the torch engine's
   (ties included);
-- :func:`path_score`: the score of given paths, summed in float64.
+- :func:`path_score`: the score of given paths, summed in float64;
+- :func:`masked_nll`, :func:`masked_kbest`: the layers' loss and search on uncompacted emissions
+  and a mask, compacted, scored and mapped back to tags inside the kernels (no host sync, a
+  handful of allocations per call; ``ChainCRF`` takes them where the backend offers them).
 
 State-space size. A state space whose transition tile ``[BA, BB, BC]`` (``C^order x C`` rounded
 up to powers of two, times the rank block for k best) fits :data:`~.runtime.MAX_TILE` (16,384
@@ -39,10 +42,26 @@ CUDA tensors run compiled kernels; CPU tensors run on Triton's interpreter when
 dtype or order, offsets or search keys past int32, more ranks than one block holds).
 """
 
-from neurocrf.structs.engine.triton.partition import log_partition, node_marginals
+from neurocrf.structs.engine.triton.partition import log_partition, masked_nll, node_marginals
 from neurocrf.structs.engine.triton.runtime import LAUNCHES, available, unsupported
 from neurocrf.structs.engine.triton.score import path_score
-from neurocrf.structs.engine.triton.search import kbest, viterbi
+from neurocrf.structs.engine.triton.search import kbest, masked_kbest, viterbi
+from neurocrf.structs.engine.triton.selfcheck import TESTED, self_check
 
-__all__ = ["LAUNCHES", "available", "kbest", "log_partition", "node_marginals", "path_score", "unsupported",
-           "viterbi"]
+
+def auto_reason() -> str | None:
+    """Why ``backend="auto"`` does not take the Triton backend here (None: it does): a Triton
+    version outside :data:`~.selfcheck.TESTED`."""
+    from neurocrf.structs.engine.triton.selfcheck import version_reason
+
+    return version_reason()
+
+
+def version() -> str:
+    """``triton <version>``."""
+    import triton
+
+    return f"triton {triton.__version__}"
+
+__all__ = ["LAUNCHES", "TESTED", "auto_reason", "available", "kbest", "log_partition", "masked_kbest", "masked_nll",
+           "node_marginals", "path_score", "self_check", "unsupported", "version", "viterbi"]

@@ -57,13 +57,23 @@ def _source_block(ao, m, C, NB, BA: tl.constexpr):
 
 
 @triton.jit
-def _emission_peak(em_pos, C, NB, s_em, s_el, flag, dtype: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr):
+def _emissions(em_pos, col_ptr, m, c, ok, C, s_em, s_el, flag, COLUMNS: tl.constexpr):
+    """Emissions ``[BB, BC]`` of a destination block at one position (``-inf`` outside ``ok``, for
+    states without a column and unless ``flag``), in the emissions' dtype."""
+    col = base._columns(col_ptr, c, C, COLUMNS)
+    return tl.load(em_pos + m[:, None] * s_em + col[None, :] * s_el, mask=base._both(ok & (col[None, :] >= 0), flag),
+                   other=NEG_INF)
+
+
+@triton.jit
+def _emission_peak(em_pos, col_ptr, C, NB, s_em, s_el, flag, dtype: tl.constexpr, BB: tl.constexpr,
+                   BC: tl.constexpr, COLUMNS: tl.constexpr):
     """Largest emission of one position (0 if none is finite or ``flag`` is false)."""
     peak = tl.full([], NEG_INF, dtype)
     for mo in range(0, NB, BB):
         for co in range(0, C, BC):
             m, c, dst, ok = _dest_block(mo, co, C, NB, BB, BC)
-            e = tl.load(em_pos + m[:, None] * s_em + c[None, :] * s_el, mask=base._both(ok, flag), other=NEG_INF)
+            e = _emissions(em_pos, col_ptr, m, c, ok, C, s_em, s_el, flag, COLUMNS)
             peak = tl.maximum(peak, base._max2(e.to(dtype)))
     return base._finite_or_zero(peak)
 
@@ -79,23 +89,27 @@ def _online(peak, total, s, axis: tl.constexpr):
 
 @triton.jit
 def forward_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, alpha_ptr, scale_ptr,
-                           work_ptr, T, C, NB, s_eb, s_et, s_em, s_el,
+                           mask_ptr, pos_ptr, col_ptr, tag_ptr, auto_ptr, gold_ptr, nll_ptr, norm_ptr,
+                           work_ptr, T, C, NB, L, K, s_eb, s_et, s_em, s_el,
                            ORDER: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr,
-                           PER_POSITION: tl.constexpr, STORE: tl.constexpr):
-    """:func:`.kernels.forward_kernel` by blocks (``alpha`` holds unshifted scores)."""
-    row = tl.program_id(0).to(tl.int64)
-    n = tl.minimum(tl.maximum(tl.load(len_ptr + row).to(tl.int32), 0), T)
+                           PER_POSITION: tl.constexpr, STORE: tl.constexpr, MASKED: tl.constexpr = 0,
+                           COLUMNS: tl.constexpr = 0, GOLD: tl.constexpr = 0, NORMALIZE: tl.constexpr = 0,
+                           BT: tl.constexpr = 16):
+    """:func:`.kernels.forward_kernel` by blocks (``alpha`` holds unshifted scores; ``GOLD`` with
+    shared transitions only)."""
+    row, n = base._row_start(len_ptr, mask_ptr, pos_ptr, T, MASKED, BT)
     N = NB * C
     dtype = start_ptr.dtype.element_ty
     em_row = em_ptr + row * s_eb
     work = work_ptr + row * 2 * N
 
-    e_max = _emission_peak(em_row, C, NB, s_em, s_el, n > 0, dtype, BB, BC)
+    em_pos = em_row + base._at(pos_ptr, row, T, 0, MASKED) * s_et
+    e_max = _emission_peak(em_pos, col_ptr, C, NB, s_em, s_el, n > 0, dtype, BB, BC, COLUMNS)
     top = tl.full([], NEG_INF, dtype)
     for mo in range(0, NB, BB):
         for co in range(0, C, BC):
             m, c, dst, ok = _dest_block(mo, co, C, NB, BB, BC)
-            e = tl.load(em_row + m[:, None] * s_em + c[None, :] * s_el, mask=base._both(ok, n > 0), other=NEG_INF)
+            e = _emissions(em_pos, col_ptr, m, c, ok, C, s_em, s_el, n > 0, COLUMNS)
             x = tl.load(start_ptr + dst, mask=ok, other=NEG_INF).to(dtype) + (e.to(dtype) - e_max)
             tl.store(work + dst, x, mask=ok)
             if STORE:
@@ -112,8 +126,8 @@ def forward_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_
         moves = moves_ptr
         if PER_POSITION:
             moves = moves_ptr + (row * T + t) * N * C
-        em_pos = em_row + t * s_et
-        e_max = _emission_peak(em_pos, C, NB, s_em, s_el, True, dtype, BB, BC)
+        em_pos = em_row + base._at(pos_ptr, row, T, t, MASKED) * s_et
+        e_max = _emission_peak(em_pos, col_ptr, C, NB, s_em, s_el, True, dtype, BB, BC, COLUMNS)
         top = tl.full([], NEG_INF, dtype)
         for mo in range(0, NB, BB):
             for co in range(0, C, BC):
@@ -126,7 +140,7 @@ def forward_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_
                     w = tl.load(moves + src[:, :, None] * C + c[None, None, :],
                                 mask=src_ok[:, :, None] & (c[None, None, :] < C), other=NEG_INF).to(dtype)
                     peak, total = _online(peak, total, prev[:, :, None] + w, 0)
-                e = tl.load(em_pos + m[:, None] * s_em + c[None, :] * s_el, mask=ok, other=NEG_INF).to(dtype)
+                e = _emissions(em_pos, col_ptr, m, c, ok, C, s_em, s_el, True, COLUMNS).to(dtype)
                 x = base._finite_or_zero(peak) + tl.log(total) + (e - e_max)
                 tl.store(after + dst, x, mask=ok)
                 if STORE:
@@ -151,48 +165,56 @@ def forward_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_
             peak = grown
     z_max = base._finite_or_zero(base._max2(peak))
     log_total = z_max + tl.log(base._sum(base._sum(total * tl.exp(peak - z_max), 1), 0))
-    log_z = scale + shift.to(tl.float64) + log_total.to(tl.float64)
-    tl.store(logz_ptr + row, tl.where(n > 0, log_z, 0.0))
+    log_z = tl.where(n > 0, scale + shift.to(tl.float64) + log_total.to(tl.float64), 0.0)
+    tl.store(logz_ptr + row, log_z)
+    if GOLD:
+        gold, bad = base._gold_path(start_ptr, moves_ptr, end_ptr, em_row, pos_ptr, col_ptr, tag_ptr, auto_ptr,
+                                    gold_ptr, row, n, T, C, N, L, s_et, s_em, s_el, MASKED, COLUMNS, GOLD)
+        base._finish_nll(nll_ptr, row, n, log_z, gold, bad)
+    if NORMALIZE:
+        base._normalize(norm_ptr, row, K, log_z)
 
 
 @triton.jit
-def _nodes(alpha_pos, beta, d_em_pos, d_start_ptr, d_end_ptr, bshift, const, weight, flag, first, at_end,
-           C, NB, BB: tl.constexpr, BC: tl.constexpr):
-    """Node marginals of one position, times ``weight``, from the stored forward scores and the
-    unshifted backward scores ``beta`` (flat); also into ``d_start`` where ``first`` and into
-    ``d_end`` where ``at_end``. Nothing is written to ``d_em`` unless ``flag``."""
+def _nodes(alpha_pos, beta, d_em_ptr, row, T, p, DW, col_ptr, start_ptr, end_ptr, d_start_ptr, d_end_ptr, bshift, const,
+           weight, flag, first, at_end, g, C, NB, BB: tl.constexpr, BC: tl.constexpr, COLUMNS: tl.constexpr,
+           GOLD: tl.constexpr):
+    """Node marginals of one position, times ``weight`` (``GOLD``: less the gold state ``g``'s
+    count), from the stored forward scores and the unshifted backward scores ``beta`` (flat), into
+    ``d_em`` at original position ``p`` (see :func:`.kernels._node_grad`; nothing unless ``flag``),
+    added into ``d_start`` where ``first`` and into ``d_end`` where ``at_end``."""
     for mo in range(0, NB, BB):
         for co in range(0, C, BC):
             m, c, dst, ok = _dest_block(mo, co, C, NB, BB, BC)
             x = tl.load(alpha_pos + dst, mask=base._both(ok, flag), other=NEG_INF)
             b = tl.load(beta + dst, mask=ok, other=NEG_INF) - bshift
             node = tl.where(flag, tl.exp(x + b + const), 0.0) * weight
-            tl.store(d_em_pos + dst, node, mask=base._both(ok, flag))
-            tl.store(d_start_ptr + dst, node, mask=base._both(ok, first))
-            tl.store(d_end_ptr + dst, node, mask=base._both(ok, at_end))
+            count = base._gold_count(dst, g, weight, GOLD)
+            col = base._columns(col_ptr, c, C, COLUMNS)
+            base._node_grad(d_em_ptr, row, T, p, DW, dst, col, node - count, base._both(ok, flag), COLUMNS)
+            begin = tl.load(start_ptr + dst, mask=base._both(ok, first), other=NEG_INF) > NEG_INF
+            tl.atomic_add(d_start_ptr + dst, (node - tl.where(begin, count, 0.0)).to(tl.float64),
+                          mask=base._both(ok, first))
+            close = tl.load(end_ptr + dst, mask=base._both(ok, at_end), other=NEG_INF) > NEG_INF
+            tl.atomic_add(d_end_ptr + dst, (node - tl.where(close, count, 0.0)).to(tl.float64),
+                          mask=base._both(ok, at_end))
 
 
 @triton.jit
-def backward_blocked_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alpha_ptr, scale_ptr,
-                            d_em_ptr, d_start_ptr, d_end_ptr, d_moves_ptr, work_ptr,
-                            T, C, NB, s_eb, s_et, s_em, s_el,
+def backward_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alpha_ptr, scale_ptr,
+                            d_em_ptr, d_start_ptr, d_end_ptr, d_moves_ptr, mask_ptr, pos_ptr, col_ptr, gold_ptr,
+                            work_ptr, T, C, NB, DW, s_eb, s_et, s_em, s_el, s_g,
                             ORDER: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr,
-                            PER_POSITION: tl.constexpr, MOVES: tl.constexpr):
-    """:func:`.kernels.backward_kernel` by blocks; ``d_moves`` of shared transitions must be
-    zero-initialised too (edge marginals are added into it position by position)."""
-    row = tl.program_id(0).to(tl.int64)
-    n = tl.minimum(tl.maximum(tl.load(len_ptr + row).to(tl.int32), 0), T)
+                            PER_POSITION: tl.constexpr, MOVES: tl.constexpr, MASKED: tl.constexpr = 0,
+                            COLUMNS: tl.constexpr = 0, GOLD: tl.constexpr = 0, BT: tl.constexpr = 16):
+    """:func:`.kernels.backward_kernel` by blocks (the edge marginals of shared transitions are
+    added into ``d_moves`` position by position)."""
+    row, n = base._row_start(len_ptr, mask_ptr, pos_ptr, T, MASKED, BT)
     N = NB * C
     dtype = alpha_ptr.dtype.element_ty
     em_row = em_ptr + row * s_eb
     work = work_ptr + row * 2 * N
-
-    log_z = tl.load(logz_ptr + row)
-    live = (n > 0) & (log_z > NEG_INF)
-    log_z = tl.where(live, log_z, 0.0)
-    steps = tl.where(live, n, 0)
-    weight = tl.where(live, tl.load(grad_ptr + row).to(dtype), 0.0)  # an inf weight on a dead row: no NaN
-    last = tl.maximum(steps - 1, 0)
+    log_z, live, steps, weight, last = base._dead_or_alive(len_ptr, logz_ptr, grad_ptr, row, n, s_g, dtype)
 
     top = tl.full([], NEG_INF, dtype)
     for mo in range(0, NB, BB):
@@ -204,10 +226,14 @@ def backward_blocked_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_
     bshift = base._finite_or_zero(top)
     beta_scale = tl.full([], 0.0, tl.float64)
     alpha_scale = tl.load(scale_ptr + row * T + last, mask=live, other=0.0)
+    g = tl.full([], 0, tl.int32)
+    if GOLD:
+        g = tl.load(gold_ptr + row * T + last, mask=live, other=0)
     tl.debug_barrier()
-    _nodes(alpha_ptr + (row * T + last) * N, work + (last % 2) * N, d_em_ptr + (row * T + last) * N, d_start_ptr
-           + row * N, d_end_ptr + row * N, bshift, (alpha_scale + bshift.to(tl.float64) - log_z).to(dtype), weight,
-           live, last == 0, True, C, NB, BB, BC)
+    _nodes(alpha_ptr + (row * T + last) * N, work + (last % 2) * N, d_em_ptr, row, T,
+           base._at(pos_ptr, row, T, last, MASKED), DW, col_ptr, start_ptr, end_ptr, d_start_ptr, d_end_ptr, bshift,
+           (alpha_scale + bshift.to(tl.float64) - log_z).to(dtype), weight, live, last == 0, True, g, C, NB, BB, BC,
+           COLUMNS, GOLD)
     for i in range(1, steps):
         t = steps - i
         ahead_half = work + (t % 2) * N
@@ -216,10 +242,13 @@ def backward_blocked_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_
         shift = alpha_scale - prev_scale  # what the forward scan took out of position t
         beta_scale = beta_scale + bshift.to(tl.float64)
         const = (alpha_scale + beta_scale - log_z).to(dtype)
-        em_pos = em_row + t * s_et
+        em_pos = em_row + base._at(pos_ptr, row, T, t, MASKED) * s_et
         moves = moves_ptr
         if PER_POSITION:
             moves = moves_ptr + (row * T + t) * N * C
+        g_next = g
+        if GOLD:
+            g = tl.load(gold_ptr + row * T + t - 1)
         top = tl.full([], NEG_INF, dtype)
         for mo in range(0, NB, BB):
             m = mo + tl.arange(0, BB)
@@ -231,19 +260,22 @@ def backward_blocked_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_
                 total = tl.full((BA, BB), 0.0, dtype)
                 for co in range(0, C, BC):
                     _, c, dst, ok = _dest_block(mo, co, C, NB, BB, BC)
-                    e = tl.load(em_pos + m[:, None] * s_em + c[None, :] * s_el, mask=ok, other=NEG_INF)
+                    e = _emissions(em_pos, col_ptr, m, c, ok, C, s_em, s_el, True, COLUMNS)
                     b = tl.load(ahead_half + dst, mask=ok, other=NEG_INF) - bshift
                     ahead = (e.to(tl.float64) - shift).to(dtype) + b
                     w_off = src[:, :, None] * C + c[None, None, :]
                     w_ok = src_ok[:, :, None] & (c[None, None, :] < C)
-                    s = tl.load(moves + w_off, mask=w_ok, other=NEG_INF).to(dtype) + ahead[None, :, :]
+                    w = tl.load(moves + w_off, mask=w_ok, other=NEG_INF).to(dtype)
+                    s = w + ahead[None, :, :]
                     if MOVES:
                         edge = tl.exp(before[:, :, None] + s + const) * weight
+                        if GOLD:
+                            taken = (src[:, :, None] == g) & (c[None, None, :] == g_next % C) & (w > NEG_INF)
+                            edge -= tl.where(taken, weight, 0.0)
                         if PER_POSITION:
                             tl.store(d_moves_ptr + (row * T + t) * N * C + w_off, edge, mask=w_ok)
                         else:
-                            target = d_moves_ptr + row * N * C + w_off
-                            tl.store(target, tl.load(target, mask=w_ok, other=0.0) + edge.to(tl.float64), mask=w_ok)
+                            tl.atomic_add(d_moves_ptr + w_off, edge.to(tl.float64), mask=w_ok)
                     peak, total = _online(peak, total, s, 2)
                 back = base._finite_or_zero(peak) + tl.log(total)
                 tl.store(back_half + src, back, mask=src_ok)
@@ -252,9 +284,10 @@ def backward_blocked_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_
         beta_scale = beta_scale + shift
         bshift = base._finite_or_zero(top)
         alpha_scale = prev_scale
-        _nodes(alpha_ptr + (row * T + t - 1) * N, back_half, d_em_ptr + (row * T + t - 1) * N, d_start_ptr + row * N,
-               d_end_ptr + row * N, bshift, (alpha_scale + beta_scale + bshift.to(tl.float64) - log_z).to(dtype),
-               weight, True, t == 1, False, C, NB, BB, BC)
+        _nodes(alpha_ptr + (row * T + t - 1) * N, back_half, d_em_ptr, row, T, base._at(pos_ptr, row, T, t - 1, MASKED),
+               DW, col_ptr, start_ptr, end_ptr, d_start_ptr, d_end_ptr, bshift,
+               (alpha_scale + beta_scale + bshift.to(tl.float64) - log_z).to(dtype), weight, True, t == 1, False, g,
+               C, NB, BB, BC, COLUMNS, GOLD)
 
 
 @triton.jit
@@ -295,12 +328,13 @@ def _merge_final(best, chosen, final, key, K, BK: tl.constexpr):
 
 @triton.jit
 def search_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, states_ptr, scores_ptr,
+                          mask_ptr, pos_ptr, col_ptr, label_ptr,
                           work_ptr, T, C, NB, K, s_eb, s_et, s_em, s_el,
                           ORDER: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr,
-                          BK: tl.constexpr, PER_POSITION: tl.constexpr):
+                          BK: tl.constexpr, PER_POSITION: tl.constexpr, MASKED: tl.constexpr = 0,
+                          COLUMNS: tl.constexpr = 0, LABELS: tl.constexpr = 0, BT: tl.constexpr = 16):
     """:func:`.kernels.search_kernel` by blocks; ``work [B, 2, N, K]`` float64."""
-    row = tl.program_id(0).to(tl.int64)
-    n = tl.minimum(tl.maximum(tl.load(len_ptr + row).to(tl.int32), 0), T)
+    row, n = base._row_start(len_ptr, mask_ptr, pos_ptr, T, MASKED, BT)
     N = NB * C
     r = tl.arange(0, BK)
     em_row = em_ptr + row * s_eb
@@ -309,7 +343,8 @@ def search_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointe
     for mo in range(0, NB, BB):
         for co in range(0, C, BC):
             m, c, dst, ok = _dest_block(mo, co, C, NB, BB, BC)
-            e = tl.load(em_row + m[:, None] * s_em + c[None, :] * s_el, mask=base._both(ok, n > 0), other=NEG_INF)
+            e = _emissions(em_row + base._at(pos_ptr, row, T, 0, MASKED) * s_et, col_ptr, m, c, ok, C, s_em, s_el,
+                           n > 0, COLUMNS)
             first = tl.load(start_ptr + dst, mask=ok, other=NEG_INF).to(tl.float64) + e.to(tl.float64)
             score = tl.where(r[None, None, :] == 0, first[:, :, None], NEG_INF)
             tl.store(work + dst[:, :, None] * K + r[None, None, :], score, mask=ok[:, :, None] & (r < K)[None, None, :])
@@ -333,7 +368,8 @@ def search_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointe
                                 mask=src_ok[:, :, None] & (c[None, None, :] < C), other=NEG_INF).to(tl.float64)
                     key = a[:, None, None, None] * K + r[None, None, None, :]
                     best, pointer = _merge(best, pointer, prev[:, :, None, :] + w[:, :, :, None], key, K, BK)
-                e = tl.load(em_row + t * s_et + m[:, None] * s_em + c[None, :] * s_el, mask=ok, other=NEG_INF)
+                e = _emissions(em_row + base._at(pos_ptr, row, T, t, MASKED) * s_et, col_ptr, m, c, ok, C, s_em, s_el,
+                               True, COLUMNS)
                 out = dst[:, :, None] * K + r[None, None, :]
                 out_ok = ok[:, :, None] & (r < K)[None, None, :]
                 tl.store(after + out, best + e.to(tl.float64)[:, :, None], mask=out_ok)
@@ -356,4 +392,5 @@ def search_blocked_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointe
     pick = chosen.to(tl.int64)
     state = ((pick % (C * K)) // K) * NB + pick // (C * K)
     rank = pick % K
-    base._backtrace(pointer_ptr, states_ptr, scores_ptr, row, n, T, C, NB, K, r, best, state, rank)
+    base._backtrace(pointer_ptr, states_ptr, scores_ptr, pos_ptr, label_ptr, row, n, T, C, NB, K, r, best, state,
+                    rank, MASKED, LABELS, BK, BT)

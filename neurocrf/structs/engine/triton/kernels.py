@@ -10,7 +10,7 @@ State layout. A state space ``S = (C,) * order`` (order 1 or 2) is held as two 2
 
 One step moves ``(a, m) -> (m, c)`` through the transition tile ``W [BA, BB, BC]`` (flat
 ``[*S, C]``) and reduces axis 0: the new scores come out in destination layout, and
-:func:`_to_source` relabels them for the next step (identity for pairs, a reshape ``[1, C] ->
+:func:`_relabel` relabels them for the next step (identity for pairs, a reshape ``[1, C] ->
 [C, 1]`` for order 1). Second order therefore costs O(C^3) per step, never a dense C^2 x C^2.
 
 Numerics. Scores are rescaled log values: each position subtracts its largest emission and its
@@ -37,30 +37,15 @@ BIG_KEY = tl.constexpr(1 << 30)
 
 
 @triton.jit
-def _to_source(x, BA: tl.constexpr, BB: tl.constexpr, ORDER: tl.constexpr):
-    """Destination-layout ``[BB, BC]`` tile -> source layout ``[BA, BB]`` of the next step."""
+def _relabel(x, D0: tl.constexpr, D1: tl.constexpr, BK: tl.constexpr, ORDER: tl.constexpr):
+    """A tile of one state layout in the other, ``[D0, D1]`` (``BK > 0``: ``[D0, D1, BK]``, a rank
+    axis riding along): destination ``[BB, BC]`` -> source ``[BA, BB]`` or back. A reshape for
+    order 1, the identity for pairs."""
     if ORDER == 1:
-        y = tl.reshape(x, (BA, BB))
-    else:
-        y = x
-    return y
-
-
-@triton.jit
-def _to_source_ranked(x, BA: tl.constexpr, BB: tl.constexpr, BK: tl.constexpr, ORDER: tl.constexpr):
-    """``[BB, BC, BK]`` -> ``[BA, BB, BK]`` (the rank axis rides along)."""
-    if ORDER == 1:
-        y = tl.reshape(x, (BA, BB, BK))
-    else:
-        y = x
-    return y
-
-
-@triton.jit
-def _to_dest(x, BB: tl.constexpr, BC: tl.constexpr, ORDER: tl.constexpr):
-    """Source-layout ``[BA, BB]`` tile -> destination layout ``[BB, BC]``."""
-    if ORDER == 1:
-        y = tl.reshape(x, (BB, BC))
+        if BK == 0:
+            y = tl.reshape(x, (D0, D1))
+        else:
+            y = tl.reshape(x, (D0, D1, BK))
     else:
         y = x
     return y
@@ -77,6 +62,74 @@ def _layout(C, NB, BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr):
     dst = m[:, None] * C + c[None, :]
     dst_ok = (m[:, None] < NB) & (c[None, :] < C)
     return a, m, c, src, src_ok, dst, dst_ok
+
+
+@triton.jit
+def _add(x, y):
+    return x + y
+
+
+@triton.jit
+def _positions(mask_ptr, pos_ptr, row, T, BT: tl.constexpr):
+    """Write the original positions of the row's True mask positions, in order, into ``pos [B,
+    T]`` (the compaction of the row, done on chip: a prefix sum over blocks of ``BT`` positions)."""
+    base = tl.full([], 0, tl.int32)
+    for t0 in range(0, T, BT):
+        t = t0 + tl.arange(0, BT)
+        keep = tl.load(mask_ptr + row * T + t, mask=t < T, other=0).to(tl.int32)
+        index = tl.associative_scan(keep, 0, _add) + base - 1
+        tl.store(pos_ptr + row * T + index, t, mask=keep != 0)
+        base += tl.reduce(keep, 0, _add)
+    tl.debug_barrier()  # every thread of the program reads what the others wrote
+
+
+@triton.jit
+def _row_start(len_ptr, mask_ptr, pos_ptr, T, MASKED: tl.constexpr, BT: tl.constexpr):
+    """The program's row and its length ``n`` (clamped to ``[0, T]``); with ``MASKED == 1`` the
+    positions of the mask row are computed here (see :func:`_positions`)."""
+    row = tl.program_id(0).to(tl.int64)
+    n = tl.minimum(tl.maximum(tl.load(len_ptr + row).to(tl.int32), 0), T)
+    if MASKED == 1:
+        _positions(mask_ptr, pos_ptr, row, T, BT)
+    return row, n
+
+
+@triton.jit
+def _columns(col_ptr, c, C, COLUMNS: tl.constexpr):
+    """The emission column of last components ``c`` (-1: none): ``col[c]`` with ``COLUMNS``, else ``c``."""
+    if COLUMNS:
+        col = tl.load(col_ptr + c, mask=c < C, other=-1)
+    else:
+        col = c
+    return col
+
+
+@triton.jit
+def _prologue(len_ptr, mask_ptr, pos_ptr, col_ptr, em_ptr, T, C, NB, s_eb, s_em, s_el,
+              BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr, MASKED: tl.constexpr, COLUMNS: tl.constexpr,
+              BT: tl.constexpr):
+    """What every single-tile kernel starts with: the row and its length (:func:`_row_start`),
+    both layouts, the emission offsets and mask of the destination layout (state ``(m, c)`` reads
+    column :func:`_columns`), the row's emissions and the transition tile's offsets and mask."""
+    row, n = _row_start(len_ptr, mask_ptr, pos_ptr, T, MASKED, BT)
+    a, m, c, src, src_ok, dst, dst_ok = _layout(C, NB, BA, BB, BC)
+    col = _columns(col_ptr, c, C, COLUMNS)
+    em_off = m[:, None] * s_em + col[None, :] * s_el
+    em_ok = dst_ok & (col[None, :] >= 0)
+    w_off = src[:, :, None] * C + c[None, None, :]
+    w_ok = src_ok[:, :, None] & (c[None, None, :] < C)
+    return row, n, a, m, c, src, src_ok, dst, dst_ok, col, em_off, em_ok, em_ptr + row * s_eb, w_off, w_ok
+
+
+@triton.jit
+def _at(pos_ptr, row, T, t, MASKED: tl.constexpr):
+    """Original position of the row's compacted position ``t`` (``t`` itself without a mask;
+    positions past ``T`` read as 0)."""
+    if MASKED:
+        p = tl.load(pos_ptr + row * T + t, mask=t < T, other=0).to(tl.int64)
+    else:
+        p = tl.full([], 0, tl.int64) + t
+    return p
 
 
 # Reductions through tl.reduce with triton's own combine functions, not tl.max / tl.sum: those are
@@ -116,23 +169,77 @@ def _max2(x):
 
 
 @triton.jit
+def _gold_state(tag_ptr, auto_ptr, row, T, p, source, L, valid, GOLD: tl.constexpr):
+    """The gold state at original position ``p`` after state ``source`` (N, the number of
+    states, at the first position) and whether the tag there is outside ``[0, L)`` (``GOLD ==
+    1``: the state is the tag; 2: ``auto [N + 1, L]`` maps (previous state or N, tag) to the
+    state)."""
+    y = tl.load(tag_ptr + row * T + p, mask=valid, other=0)
+    bad = (y < 0) | (y >= L)
+    y = tl.minimum(tl.maximum(y, 0), L - 1).to(tl.int32)
+    if GOLD == 1:
+        state = y
+    else:
+        state = tl.load(auto_ptr + source * L + y, mask=valid, other=0)
+    return state, bad
+
+
+@triton.jit
+def _gold_emission(em_row, col_ptr, p, state, C, s_et, s_em, s_el, valid, COLUMNS: tl.constexpr):
+    """Emission of flat state ``state`` at original position ``p``, in float64."""
+    last = state % C
+    if COLUMNS:
+        last = tl.load(col_ptr + last, mask=valid, other=0)
+    return tl.load(em_row + p * s_et + (state // C) * s_em + last * s_el, mask=valid, other=0.0).to(tl.float64)
+
+
+@triton.jit
+def _gold_path(start_ptr, moves_ptr, end_ptr, em_row, pos_ptr, col_ptr, tag_ptr, auto_ptr, gold_ptr, row, n, T, C, N,
+               L, s_et, s_em, s_el, MASKED: tl.constexpr, COLUMNS: tl.constexpr, GOLD: tl.constexpr):
+    """The gold path's float64 score and whether a tag was bad, its states stored into ``gold``
+    (the blocked kernels' separate pass over the positions; the single-tile kernel interleaves
+    the same steps with its scan)."""
+    p = _at(pos_ptr, row, T, 0, MASKED)
+    g, bad = _gold_state(tag_ptr, auto_ptr, row, T, p, N, L, n > 0, GOLD)
+    gold = (tl.load(start_ptr + g, mask=n > 0, other=0.0).to(tl.float64)
+            + _gold_emission(em_row, col_ptr, p, g, C, s_et, s_em, s_el, n > 0, COLUMNS))
+    tl.store(gold_ptr + row * T, g, mask=n > 0)
+    for t in range(1, n):
+        p = _at(pos_ptr, row, T, t, MASKED)
+        g_prev = g
+        g, wrong = _gold_state(tag_ptr, auto_ptr, row, T, p, g_prev, L, True, GOLD)
+        bad = bad | wrong
+        gold += (tl.load(moves_ptr + g_prev * C + g % C).to(tl.float64)
+                 + _gold_emission(em_row, col_ptr, p, g, C, s_et, s_em, s_el, True, COLUMNS))
+        tl.store(gold_ptr + row * T + t, g)
+    gold += tl.load(end_ptr + g, mask=n > 0, other=0.0).to(tl.float64)
+    return gold, bad
+
+
+@triton.jit
 def forward_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, alpha_ptr, scale_ptr,
-                   T, C, NB, s_eb, s_et, s_em, s_el,
+                   mask_ptr, pos_ptr, col_ptr, tag_ptr, auto_ptr, gold_ptr, nll_ptr, norm_ptr,
+                   T, C, NB, L, K, s_eb, s_et, s_em, s_el,
                    ORDER: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr,
-                   PER_POSITION: tl.constexpr, STORE: tl.constexpr):
+                   PER_POSITION: tl.constexpr, STORE: tl.constexpr, MASKED: tl.constexpr = 0,
+                   COLUMNS: tl.constexpr = 0, GOLD: tl.constexpr = 0, NORMALIZE: tl.constexpr = 0,
+                   BT: tl.constexpr = 16):
     """log Z of one row; with ``STORE`` also the rescaled forward scores ``alpha [B, T, N]`` and
-    the float64 log scale ``scale [B, T]`` of every position (log alpha_t = alpha_t + scale_t)."""
-    row = tl.program_id(0).to(tl.int64)
-    n = tl.minimum(tl.maximum(tl.load(len_ptr + row).to(tl.int32), 0), T)  # lengths outside [0, T] clamped
+    the float64 log scale ``scale [B, T]`` of every position (log alpha_t = alpha_t + scale_t).
+
+    Options: ``MASKED`` (1: the row's positions are the True entries of ``mask [B, T]``, written
+    into ``pos``; emissions are read at those positions), ``COLUMNS`` (see :func:`_prologue`),
+    ``GOLD`` (the NLL of the tags ``tag [B, T]`` at the same positions, see :func:`_gold_state`:
+    ``nll [B]`` gets ``log Z - score`` (+inf without a path, NaN for a tag outside ``[0, L)``) and
+    ``gold [B, T]`` the compacted gold states for the backward kernel), ``NORMALIZE`` (subtract
+    log Z from the finite entries of ``norm [B, K]``: path scores into log-probabilities)."""
+    row, n, a, m, c, src, src_ok, dst, dst_ok, col, em_off, em_ok, em_row, w_off, w_ok = _prologue(
+        len_ptr, mask_ptr, pos_ptr, col_ptr, em_ptr, T, C, NB, s_eb, s_em, s_el, BA, BB, BC, MASKED, COLUMNS, BT)
     N = NB * C
     dtype = start_ptr.dtype.element_ty
-    a, m, c, src, src_ok, dst, dst_ok = _layout(C, NB, BA, BB, BC)
-    em_off = m[:, None] * s_em + c[None, :] * s_el
-    em_row = em_ptr + row * s_eb
-    w_off = src[:, :, None] * C + c[None, None, :]
-    w_ok = src_ok[:, :, None] & (c[None, None, :] < C)
 
-    e = tl.load(em_row + em_off, mask=_both(dst_ok, n > 0), other=NEG_INF).to(dtype)
+    p = _at(pos_ptr, row, T, 0, MASKED)
+    e = tl.load(em_row + p * s_et + em_off, mask=_both(em_ok, n > 0), other=NEG_INF).to(dtype)
     e_max = _finite_or_zero(_max2(e))
     x = tl.load(start_ptr + dst, mask=dst_ok, other=NEG_INF).to(dtype) + (e - e_max)
     shift = _max2(x)
@@ -141,21 +248,39 @@ def forward_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, alp
     if STORE:
         tl.store(alpha_ptr + row * T * N + dst, x, mask=_both(dst_ok, n > 0))
         tl.store(scale_ptr + row * T, scale, mask=n > 0)
+    if GOLD:
+        g, bad = _gold_state(tag_ptr, auto_ptr, row, T, p, N, L, n > 0, GOLD)
+        gold = (tl.load(start_ptr + g, mask=n > 0, other=0.0).to(tl.float64)
+                + _gold_emission(em_row, col_ptr, p, g, C, s_et, s_em, s_el, n > 0, COLUMNS))
+        tl.store(gold_ptr + row * T, g, mask=n > 0)
     moves = tl.load(moves_ptr + w_off, mask=w_ok, other=NEG_INF).to(dtype)
     # the inputs of position t + 1 are loaded during step t: their memory latency hides behind it
-    e_next = tl.load(em_row + s_et + em_off, mask=_both(dst_ok, n > 1), other=NEG_INF)
+    p_next = _at(pos_ptr, row, T, 1, MASKED)
+    e_next = tl.load(em_row + p_next * s_et + em_off, mask=_both(em_ok, n > 1), other=NEG_INF)
     moves_next = moves
     if PER_POSITION:
         moves_next = tl.load(moves_ptr + (row * T + 1) * N * C + w_off, mask=_both(w_ok, n > 1),
                              other=NEG_INF).to(dtype)
     for t in range(1, n):
         e = e_next.to(dtype)
-        e_next = tl.load(em_row + (t + 1) * s_et + em_off, mask=_both(dst_ok, t + 1 < n), other=NEG_INF)
+        p = p_next
+        p_next = _at(pos_ptr, row, T, t + 1, MASKED)
+        e_next = tl.load(em_row + p_next * s_et + em_off, mask=_both(em_ok, t + 1 < n), other=NEG_INF)
         if PER_POSITION:
             moves = moves_next
             moves_next = tl.load(moves_ptr + (row * T + t + 1) * N * C + w_off, mask=_both(w_ok, t + 1 < n),
                                  other=NEG_INF).to(dtype)
-        prev = _to_source(x, BA, BB, ORDER)
+        if GOLD:
+            g_prev = g
+            g, wrong = _gold_state(tag_ptr, auto_ptr, row, T, p, g_prev, L, True, GOLD)
+            bad = bad | wrong
+            into = moves_ptr + g_prev * C + g % C
+            if PER_POSITION:
+                into += (row * T + t) * N * C
+            gold += (tl.load(into).to(tl.float64)
+                     + _gold_emission(em_row, col_ptr, p, g, C, s_et, s_em, s_el, True, COLUMNS))
+            tl.store(gold_ptr + row * T + t, g)
+        prev = _relabel(x, BA, BB, 0, ORDER)
         s = prev[:, :, None] + moves
         peak = _finite_or_zero(_max(s, 0))
         total = _sum(tl.exp(s - peak[None, :, :]), 0)
@@ -170,36 +295,88 @@ def forward_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, alp
     z = x + tl.load(end_ptr + dst, mask=dst_ok, other=NEG_INF).to(dtype)
     z_max = _finite_or_zero(_max2(z))
     log_z = scale + (z_max + tl.log(_sum(_sum(tl.exp(z - z_max), 1), 0))).to(tl.float64)
-    tl.store(logz_ptr + row, tl.where(n > 0, log_z, 0.0))
+    log_z = tl.where(n > 0, log_z, 0.0)
+    tl.store(logz_ptr + row, log_z)
+    if GOLD:
+        gold += tl.load(end_ptr + g, mask=n > 0, other=0.0).to(tl.float64)
+        _finish_nll(nll_ptr, row, n, log_z, gold, bad)
+    if NORMALIZE:
+        _normalize(norm_ptr, row, K, log_z)
 
 
 @triton.jit
-def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alpha_ptr, scale_ptr,
-                    d_em_ptr, d_start_ptr, d_end_ptr, d_moves_ptr,
-                    T, C, NB, s_eb, s_et, s_em, s_el,
-                    ORDER: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr,
-                    PER_POSITION: tl.constexpr, MOVES: tl.constexpr):
-    """The backward scan of one row: node marginals times ``grad[row]`` into ``d_em [B, T, N]``
-    (zero-initialised), the row's start and end terms into ``d_start``, ``d_end [B, N]``, and with
-    ``MOVES`` the edge marginals: summed over positions into ``d_moves [B, N, C]`` (float64) for
-    shared transitions, per position into ``d_moves [B, T, N, C]`` (zero-initialised) otherwise.
-    Rows of length 0 and rows without a path (log Z = -inf) contribute zeros."""
-    row = tl.program_id(0).to(tl.int64)
-    n = tl.minimum(tl.maximum(tl.load(len_ptr + row).to(tl.int32), 0), T)  # lengths outside [0, T] clamped
-    N = NB * C
-    dtype = alpha_ptr.dtype.element_ty
-    a, m, c, src, src_ok, dst, dst_ok = _layout(C, NB, BA, BB, BC)
-    em_off = m[:, None] * s_em + c[None, :] * s_el
-    em_row = em_ptr + row * s_eb
-    w_off = src[:, :, None] * C + c[None, None, :]
-    w_ok = src_ok[:, :, None] & (c[None, None, :] < C)
+def _finish_nll(nll_ptr, row, n, log_z, gold, bad):
+    """Store ``log Z - gold`` (0 for an empty row, +inf without a path, NaN for a bad tag)."""
+    nll = tl.where(log_z == NEG_INF, float("inf"), log_z - tl.where(n > 0, gold, 0.0))
+    nll = tl.where(bad, float("nan"), nll)
+    tl.store(nll_ptr + row, nll.to(nll_ptr.dtype.element_ty))
 
+
+@triton.jit
+def _normalize(norm_ptr, row, K, log_z):
+    """Path scores ``norm [B, K]`` minus log Z where finite."""
+    for j in range(0, K):
+        score = tl.load(norm_ptr + row * K + j)
+        tl.store(norm_ptr + row * K + j, tl.where(score == NEG_INF, score, score - log_z))
+
+
+@triton.jit
+def _dead_or_alive(len_ptr, logz_ptr, grad_ptr, row, n, s_g, dtype: tl.constexpr):
+    """The backward kernels' view of a row: log Z (0 unless live), whether the row is live (a
+    position and a finite log Z), its steps (0 unless live), its weight ``grad[row]`` (0 unless
+    live: an inf weight on a dead row gives no NaN) and its last position."""
     log_z = tl.load(logz_ptr + row)
     live = (n > 0) & (log_z > NEG_INF)
     log_z = tl.where(live, log_z, 0.0)
     steps = tl.where(live, n, 0)
-    weight = tl.where(live, tl.load(grad_ptr + row).to(dtype), 0.0)  # an inf weight on a dead row: no NaN
-    last = tl.maximum(steps - 1, 0)
+    weight = tl.where(live, tl.load(grad_ptr + row * s_g).to(dtype), 0.0)
+    return log_z, live, steps, weight, tl.maximum(steps - 1, 0)
+
+
+@triton.jit
+def _node_grad(d_em_ptr, row, T, p, DW, dst, col, node, ok, COLUMNS: tl.constexpr):
+    """Node gradients ``[BB, BC]`` of original position ``p`` into ``d_em``: per state (``[B, T,
+    N]``), or added into the emission column each state reads (``COLUMNS``, ``[B, T, DW]``)."""
+    if COLUMNS:
+        target = d_em_ptr + (row * T + p) * DW + col[None, :] + dst * 0
+        tl.atomic_add(target, node, mask=ok & (col[None, :] >= 0))
+    else:
+        tl.store(d_em_ptr + (row * T + p) * DW + dst, node, mask=ok)
+
+
+@triton.jit
+def _gold_count(index, state, weight, GOLD: tl.constexpr):
+    """``weight`` where ``index == state`` (the gold path's count, with ``GOLD``), else 0. The
+    gradients of start, end and transition scores leave out counts on ``-inf`` entries, which a
+    gold path outside the constraints takes (its NLL is +inf): as a masked fill's gradient would."""
+    if GOLD:
+        count = tl.where(index == state, weight, 0.0)
+    else:
+        count = tl.where(index < 0, weight, 0.0)  # zeros of the tile's shape (index >= 0)
+    return count
+
+
+@triton.jit
+def backward_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alpha_ptr, scale_ptr,
+                    d_em_ptr, d_start_ptr, d_end_ptr, d_moves_ptr, mask_ptr, pos_ptr, col_ptr, gold_ptr,
+                    T, C, NB, DW, s_eb, s_et, s_em, s_el, s_g,
+                    ORDER: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr,
+                    PER_POSITION: tl.constexpr, MOVES: tl.constexpr, MASKED: tl.constexpr = 0,
+                    COLUMNS: tl.constexpr = 0, GOLD: tl.constexpr = 0, BT: tl.constexpr = 16):
+    """The backward scan of one row: node marginals times ``grad[row]`` (``grad`` with stride
+    ``s_g``) into ``d_em`` (zero-initialised; see :func:`_node_grad`), the start and end terms added
+    into ``d_start``, ``d_end [N]`` (float64, zero-initialised, shared by the rows), and with
+    ``MOVES`` the edge marginals: summed over positions and added into ``d_moves [N, C]`` (float64,
+    zero-initialised) for shared transitions, per position into ``d_moves [B, T, N, C]``
+    (zero-initialised) otherwise. With ``GOLD`` the gold path's counts (states ``gold [B, T]``
+    from the forward kernel) are subtracted: the gradients of the NLL. ``MASKED`` (2): the
+    positions ``pos`` the forward kernel wrote. Rows of length 0 and rows without a path (log Z =
+    -inf) contribute zeros."""
+    row, n, a, m, c, src, src_ok, dst, dst_ok, col, em_off, em_ok, em_row, w_off, w_ok = _prologue(
+        len_ptr, mask_ptr, pos_ptr, col_ptr, em_ptr, T, C, NB, s_eb, s_em, s_el, BA, BB, BC, MASKED, COLUMNS, BT)
+    N = NB * C
+    dtype = alpha_ptr.dtype.element_ty
+    log_z, live, steps, weight, last = _dead_or_alive(len_ptr, logz_ptr, grad_ptr, row, n, s_g, dtype)
 
     b = tl.load(end_ptr + dst, mask=dst_ok, other=NEG_INF).to(dtype)
     b_max = _max2(b)
@@ -208,55 +385,75 @@ def backward_kernel(moves_ptr, end_ptr, em_ptr, len_ptr, logz_ptr, grad_ptr, alp
     alpha_scale = tl.load(scale_ptr + row * T + last, mask=live, other=0.0)
     x = tl.load(alpha_ptr + (row * T + last) * N + dst, mask=_both(dst_ok, live), other=NEG_INF)
     node = tl.exp(x + b + (alpha_scale + beta_scale - log_z).to(dtype))
+    g = tl.full([], 0, tl.int32)
+    if GOLD:
+        g = tl.load(gold_ptr + row * T + last, mask=live, other=0)
     node = tl.where(live, node, 0.0) * weight
-    tl.store(d_end_ptr + row * N + dst, node, mask=dst_ok)
-    tl.store(d_em_ptr + (row * T + last) * N + dst, node, mask=_both(dst_ok, live))
+    count = _gold_count(dst, g, weight, GOLD)
+    finite = tl.load(end_ptr + dst, mask=dst_ok, other=NEG_INF) > NEG_INF
+    tl.atomic_add(d_end_ptr + dst, (node - tl.where(finite, count, 0.0)).to(tl.float64), mask=dst_ok)
+    _node_grad(d_em_ptr, row, T, _at(pos_ptr, row, T, last, MASKED), DW, dst, col, node - count,
+               _both(dst_ok, live), COLUMNS)
     moves = tl.load(moves_ptr + w_off, mask=w_ok, other=NEG_INF).to(dtype)
     total = tl.full((BA, BB, BC), 0, tl.float64)
     # what step t needs on its critical path is loaded during step t + 1
-    e_next = tl.load(em_row + last * s_et + em_off, mask=_both(dst_ok, steps > 1), other=NEG_INF)
+    e_next = tl.load(em_row + _at(pos_ptr, row, T, last, MASKED) * s_et + em_off, mask=_both(em_ok, steps > 1),
+                     other=NEG_INF)
     scale_next = tl.load(scale_ptr + row * T + last - 1, mask=steps > 1, other=0.0)
     for i in range(1, steps):
         t = steps - i
         e = e_next.to(tl.float64)
         prev_scale = scale_next
-        e_next = tl.load(em_row + (t - 1) * s_et + em_off, mask=_both(dst_ok, t > 1), other=NEG_INF)
+        e_next = tl.load(em_row + _at(pos_ptr, row, T, t - 1, MASKED) * s_et + em_off, mask=_both(em_ok, t > 1),
+                         other=NEG_INF)
         scale_next = tl.load(scale_ptr + row * T + t - 2, mask=t > 1, other=0.0)
         shift = alpha_scale - prev_scale  # what the forward scan took out of position t
         ahead = (e - shift).to(dtype) + b
         if PER_POSITION:
             moves = tl.load(moves_ptr + (row * T + t) * N * C + w_off, mask=w_ok, other=NEG_INF).to(dtype)
         s = moves + ahead[None, :, :]
+        g_next = g
+        if GOLD:
+            g = tl.load(gold_ptr + row * T + t - 1)
         if MOVES:
             before = tl.load(alpha_ptr + (row * T + t - 1) * N + src, mask=src_ok, other=NEG_INF)
             edge = tl.exp(before[:, :, None] + s + (alpha_scale + beta_scale - log_z).to(dtype)) * weight
+            if GOLD:
+                taken = (src[:, :, None] == g) & (c[None, None, :] == g_next % C) & (moves > NEG_INF)
+                edge -= tl.where(taken, weight, 0.0)
             if PER_POSITION:
                 tl.store(d_moves_ptr + (row * T + t) * N * C + w_off, edge, mask=w_ok)
             else:
                 total += edge.to(tl.float64)
         peak = _finite_or_zero(_max(s, 2))
-        back = _to_dest(peak + tl.log(_sum(tl.exp(s - peak[:, :, None]), 2)), BB, BC, ORDER)
+        back = _relabel(peak + tl.log(_sum(tl.exp(s - peak[:, :, None]), 2)), BB, BC, 0, ORDER)
         b_max = _max2(back)
         b = back - _finite_or_zero(b_max)
         beta_scale = beta_scale + shift + b_max.to(tl.float64)
         alpha_scale = prev_scale
         x = tl.load(alpha_ptr + (row * T + t - 1) * N + dst, mask=dst_ok, other=NEG_INF)
         node = tl.exp(x + b + (alpha_scale + beta_scale - log_z).to(dtype)) * weight
-        tl.store(d_em_ptr + (row * T + t - 1) * N + dst, node, mask=dst_ok)
-    tl.store(d_start_ptr + row * N + dst, node, mask=dst_ok)
+        count = _gold_count(dst, g, weight, GOLD)
+        _node_grad(d_em_ptr, row, T, _at(pos_ptr, row, T, t - 1, MASKED), DW, dst, col, node - count, dst_ok,
+                   COLUMNS)
+    finite = tl.load(start_ptr + dst, mask=dst_ok, other=NEG_INF) > NEG_INF
+    tl.atomic_add(d_start_ptr + dst, (node - tl.where(finite, count, 0.0)).to(tl.float64), mask=dst_ok)
     if MOVES:
         if not PER_POSITION:
-            tl.store(d_moves_ptr + row * N * C + w_off, total, mask=w_ok)
+            tl.atomic_add(d_moves_ptr + w_off, total, mask=w_ok)
 
 
 @triton.jit
 def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, states_ptr, scores_ptr,
+                  mask_ptr, pos_ptr, col_ptr, label_ptr,
                   T, C, NB, K, s_eb, s_et, s_em, s_el,
                   ORDER: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                  PER_POSITION: tl.constexpr):
+                  PER_POSITION: tl.constexpr, MASKED: tl.constexpr = 0, COLUMNS: tl.constexpr = 0,
+                  LABELS: tl.constexpr = 0, BT: tl.constexpr = 16):
     """The ``K`` best paths of one row (``K = 1``: Viterbi) in float64, back-pointers ``[B, T, N,
-    K]`` (int32, ``source tag * K + rank``) and the backtrace: flat states into ``states [B, K, T]``
-    (pre-filled with -1) and scores into ``scores [B, K]``.
+    K]`` (int32, ``source tag * K + rank``) and the backtrace: flat states (``LABELS``: their
+    labels ``label [N]``) into ``states [B, K, T]`` (-1 elsewhere; at the original positions with
+    ``MASKED``, see :func:`forward_kernel`) and scores into ``scores [B, K]``.
 
     Candidates for each destination are ranked by score, ties by ``source tag * K + rank`` (the
     order of the torch engine's stable sort); the last step ranks ``(state, rank)`` as the torch
@@ -264,36 +461,34 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
     to ``-inf``: once only ``-inf`` candidates are left, the picks (and their back-pointers) are
     arbitrary, which is harmless: no finite path leads through them, and missing paths come out as
     score ``-inf`` and states -1. Padding lanes (tags >= C, ranks >= K) are ``-inf`` throughout."""
-    row = tl.program_id(0).to(tl.int64)
-    n = tl.minimum(tl.maximum(tl.load(len_ptr + row).to(tl.int32), 0), T)  # lengths outside [0, T] clamped
+    row, n, a, m, c, src, src_ok, dst, dst_ok, col, em_off, em_ok, em_row, w_off, w_ok = _prologue(
+        len_ptr, mask_ptr, pos_ptr, col_ptr, em_ptr, T, C, NB, s_eb, s_em, s_el, BA, BB, BC, MASKED, COLUMNS, BT)
     N = NB * C
-    a, m, c, src, src_ok, dst, dst_ok = _layout(C, NB, BA, BB, BC)
     r = tl.arange(0, BK)
-    em_off = m[:, None] * s_em + c[None, :] * s_el
-    em_row = em_ptr + row * s_eb
-    w_off = src[:, :, None] * C + c[None, None, :]
-    w_ok = src_ok[:, :, None] & (c[None, None, :] < C)
 
-    e = tl.load(em_row + em_off, mask=_both(dst_ok, n > 0), other=NEG_INF).to(tl.float64)
+    e = tl.load(em_row + _at(pos_ptr, row, T, 0, MASKED) * s_et + em_off, mask=_both(em_ok, n > 0),
+                other=NEG_INF).to(tl.float64)
     first = tl.load(start_ptr + dst, mask=dst_ok, other=NEG_INF).to(tl.float64) + e
     score = tl.where(r[None, None, :] == 0, first[:, :, None], NEG_INF)  # [BB, BC, BK]
     moves = tl.load(moves_ptr + w_off, mask=w_ok, other=NEG_INF).to(tl.float64)
     key = a[:, None, None, None] * K + r[None, None, None, :]  # [BA, 1, 1, BK]
     pointer_off = dst[:, :, None] * K + r[None, None, :]
     pointer_ok = dst_ok[:, :, None] & (r[None, None, :] < K)
-    e_next = tl.load(em_row + s_et + em_off, mask=_both(dst_ok, n > 1), other=NEG_INF)
+    e_next = tl.load(em_row + _at(pos_ptr, row, T, 1, MASKED) * s_et + em_off, mask=_both(em_ok, n > 1),
+                     other=NEG_INF)
     moves_next = moves
     if PER_POSITION:
         moves_next = tl.load(moves_ptr + (row * T + 1) * N * C + w_off, mask=_both(w_ok, n > 1),
                              other=NEG_INF).to(tl.float64)
     for t in range(1, n):
         e = e_next.to(tl.float64)  # loaded one step ahead, as in the forward kernel
-        e_next = tl.load(em_row + (t + 1) * s_et + em_off, mask=_both(dst_ok, t + 1 < n), other=NEG_INF)
+        e_next = tl.load(em_row + _at(pos_ptr, row, T, t + 1, MASKED) * s_et + em_off, mask=_both(em_ok, t + 1 < n),
+                         other=NEG_INF)
         if PER_POSITION:
             moves = moves_next
             moves_next = tl.load(moves_ptr + (row * T + t + 1) * N * C + w_off, mask=_both(w_ok, t + 1 < n),
                                  other=NEG_INF).to(tl.float64)
-        prev = _to_source_ranked(score, BA, BB, BK, ORDER)
+        prev = _relabel(score, BA, BB, BK, ORDER)
         cand = prev[:, :, None, :] + moves[:, :, :, None]  # [BA, BB, BC, BK]
         best = tl.full((BB, BC, BK), NEG_INF, tl.float64)
         pointer = tl.full((BB, BC, BK), 0, tl.int32)
@@ -307,7 +502,7 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
         tl.store(pointer_ptr + (row * T + t) * N * K + pointer_off, pointer, mask=pointer_ok)
 
     # the move to END: rank (state, rank) pairs by score, ties by (second tag, first tag, rank)
-    prev = _to_source_ranked(score, BA, BB, BK, ORDER)
+    prev = _relabel(score, BA, BB, BK, ORDER)
     final = prev + tl.load(end_ptr + src, mask=src_ok, other=NEG_INF).to(tl.float64)[:, :, None]
     final_key = m[None, :, None] * (C * K) + a[:, None, None] * K + r[None, None, :]
     best = tl.full((BK,), NEG_INF, tl.float64)
@@ -320,23 +515,38 @@ def search_kernel(start_ptr, moves_ptr, end_ptr, em_ptr, len_ptr, pointer_ptr, s
         best = tl.where(r == j, top, best)
         state = tl.where(r == j, ((pick % (C * K)) // K) * NB + pick // (C * K), state)
         rank = tl.where(r == j, pick % K, rank)
-    _backtrace(pointer_ptr, states_ptr, scores_ptr, row, n, T, C, NB, K, r, best, state, rank)
+    _backtrace(pointer_ptr, states_ptr, scores_ptr, pos_ptr, label_ptr, row, n, T, C, NB, K, r, best, state, rank,
+               MASKED, LABELS, BK, BT)
 
 
 @triton.jit
-def _backtrace(pointer_ptr, states_ptr, scores_ptr, row, n, T, C, NB, K, r, best, state, rank):
+def _backtrace(pointer_ptr, states_ptr, scores_ptr, pos_ptr, label_ptr, row, n, T, C, NB, K, r, best, state, rank,
+               MASKED: tl.constexpr, LABELS: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr):
     """Store the ranked final ``best [BK]`` scores and follow the back-pointers from the final
-    ``state`` and ``rank`` of each path back to the first position (flat states into ``states``)."""
+    ``state`` and ``rank`` of each path back to the first position: flat states (or their labels)
+    into ``states [B, K, T]``, at the original positions with ``MASKED``, -1 everywhere else."""
     best = tl.where(n > 0, best, tl.where(r == 0, 0.0, NEG_INF))  # length 0: one empty path
     tl.store(scores_ptr + row * K + r, best, mask=r < K)
     N = NB * C
-    tl.debug_barrier()  # the back-pointers of every thread of this program are written
-    found = _both((best > NEG_INF) & (r < K), n > 0)
     out = states_ptr + (row * K + r) * T
-    tl.store(out + n - 1, state, mask=found)
+    for t0 in range(0, T, BT):
+        t = t0 + tl.arange(0, BT)
+        tl.store(out[:, None] + t[None, :], tl.full((BK, BT), -1, tl.int64), mask=(r < K)[:, None] & (t < T)[None, :])
+    tl.debug_barrier()  # the back-pointers and the fill of every thread of this program are written
+    found = _both((best > NEG_INF) & (r < K), n > 0)
+    _put(out, pos_ptr, label_ptr, row, T, n - 1, state, found, MASKED, LABELS)
     for i in range(1, n):
         t = n - i
         p = tl.load(pointer_ptr + ((row * T + t) * N + state) * K + rank, mask=found, other=0).to(tl.int64)
         state = (p // K) * NB + state // C
         rank = p % K
-        tl.store(out + t - 1, state, mask=found)
+        _put(out, pos_ptr, label_ptr, row, T, t - 1, state, found, MASKED, LABELS)
+
+
+@triton.jit
+def _put(out, pos_ptr, label_ptr, row, T, t, state, found, MASKED: tl.constexpr, LABELS: tl.constexpr):
+    """Store the paths' ``state`` (or its label) of compacted position ``t`` at its position."""
+    value = state
+    if LABELS:
+        value = tl.load(label_ptr + state, mask=found, other=-1).to(tl.int64)
+    tl.store(out + _at(pos_ptr, row, T, t, MASKED), value, mask=found)

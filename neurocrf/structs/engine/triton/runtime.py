@@ -114,6 +114,27 @@ def launch(name: str, rows: int, *args, **constants) -> None:
     LAUNCHES[name] += 1
 
 
+def carve(device: torch.device, *parts: tuple[tuple[int, ...], torch.dtype], zero: bool = False) -> list[Tensor]:
+    """Tensors of the given shapes and dtypes as views of one allocation (``zero``: zero-filled):
+    one allocator call (one aten op, one launch for the fill) instead of one per tensor. Each part
+    starts on a 16-byte boundary."""
+    offsets, total = [], 0
+    for shape, dtype in parts:
+        offsets.append(total)
+        size = dtype.itemsize
+        for dim in shape:
+            size *= dim
+        total += -(-size // 16) * 16
+    memory = (torch.zeros if zero else torch.empty)(max(total, 16), dtype=torch.uint8, device=device)
+    out = []
+    for offset, (shape, dtype) in zip(offsets, parts):
+        count = 1
+        for dim in shape:
+            count *= dim
+        out.append(memory[offset:offset + count * dtype.itemsize].view(dtype).view(shape))
+    return out
+
+
 def next_power_of_2(value: int) -> int:
     return 1 << max(0, value - 1).bit_length()
 
@@ -175,11 +196,17 @@ def plan(kernel: str, size: int, order: int, k: int = 1, wide: bool = False) -> 
     return name, {**shape, "num_warps": num_warps(kernel, elements)}
 
 
+def position_block(seq_len: int) -> int:
+    """Positions per block of the kernels' on-chip compaction of a mask row (and of their -1 fill)."""
+    return min(1024, next_power_of_2(max(seq_len, 16)))
+
+
 def emission_strides(emissions: Tensor, order: int) -> tuple[int, int, int, int]:
     """``(batch, position, middle, last)`` element strides of ``emissions [B, T, *S]`` in the
-    destination layout (order 1 has no middle component)."""
+    destination layout (order 1, and emissions read through columns ``[B, T, C']``, have no
+    middle component)."""
     stride = emissions.stride()
-    if order == 1:
+    if order == 1 or emissions.dim() == 3:
         return stride[0], stride[1], 0, stride[2]
     return stride[0], stride[1], stride[2], stride[3]
 

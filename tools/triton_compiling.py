@@ -1,9 +1,10 @@
-"""Compile the kernels ahead of time for a CUDA target, without a GPU, and read their resources.
+"""Compile the Triton kernels ahead of time for a CUDA target, without a GPU, and read their resources.
 
 Triton's interpreter accepts programs that the GPU compiler refuses (globals that are not
 constexpr, shapes its layouts cannot express); compiling every kernel for real targets catches
 those on any machine. :func:`compile_kernel` builds one kernel for a compute capability with the
-launch constants :mod:`.runtime` would choose; :func:`resource_usage` reads registers and spill
+launch constants :mod:`neurocrf.structs.engine.triton.runtime` would choose (``lean``: the options
+of the layers' masked NLL and search, see :func:`Case.options`); :func:`resource_usage` reads registers and spill
 bytes from the cubin with ``cuobjdump -res-usage`` (shipped in Triton's NVIDIA backend): registers
 that do not fit go to the thread's stack frame in local memory (``STACK``, plus ``LOCAL`` arrays).
 """
@@ -19,13 +20,17 @@ from pathlib import Path
 
 from neurocrf.structs.engine.triton import runtime
 
+__all__ = ["KERNELS", "Case", "compile_kernel", "nvidia_tool", "resource_usage"]
+
 KERNELS = ("forward_kernel", "backward_kernel", "search_kernel")
 _TYPES = {"float32": "fp32", "float64": "fp64", "bfloat16": "bf16", "float16": "fp16"}
 # pointer arguments: "pot" the compute dtype, "em" the emissions' dtype, else a fixed Triton type
 _POINTERS = {
     "start_ptr": "pot", "moves_ptr": "pot", "end_ptr": "pot", "em_ptr": "em", "len_ptr": "i64",
     "logz_ptr": "fp64", "alpha_ptr": "pot", "scale_ptr": "fp64", "grad_ptr": "fp64", "d_em_ptr": "pot",
-    "d_start_ptr": "pot", "d_end_ptr": "pot", "pointer_ptr": "i32", "states_ptr": "i64", "scores_ptr": "fp64",
+    "d_start_ptr": "fp64", "d_end_ptr": "fp64", "pointer_ptr": "i32", "states_ptr": "i64", "scores_ptr": "fp64",
+    "mask_ptr": "i1", "pos_ptr": "i32", "col_ptr": "i64", "tag_ptr": "i64", "auto_ptr": "i32", "gold_ptr": "i32",
+    "nll_ptr": "fp32", "norm_ptr": "fp64", "label_ptr": "i64",
 }
 
 
@@ -41,6 +46,7 @@ class Case:
     per_position: bool = False
     dtype: str = "float32"
     emissions: str = "float32"
+    lean: bool = False
 
     def plan(self) -> tuple[str, dict[str, int]]:
         """The kernel function the backend launches for this case and its constants (see
@@ -51,13 +57,22 @@ class Case:
     def blocked(self) -> bool:
         return self.plan()[0] != self.kernel
 
-    def constants(self) -> dict[str, object]:
-        constants: dict[str, object] = {**self.plan()[1], "PER_POSITION": self.per_position}
-        del constants["num_warps"]
+    def options(self) -> dict[str, int]:
+        """The kernel's options: all off, or (``lean``) those of the layers' masked NLL (the gold
+        path through an automaton, emission columns) and masked search (labels)."""
+        lean = int(self.lean)
+        options = {"MASKED": lean, "COLUMNS": lean, "BT": 64}
         if self.kernel == "forward_kernel":
-            constants["STORE"] = True
+            options.update(STORE=True, GOLD=2 * lean, NORMALIZE=0)
         elif self.kernel == "backward_kernel":
-            constants["MOVES"] = True
+            options.update(MOVES=True, GOLD=lean, MASKED=2 * lean)
+        else:
+            options["LABELS"] = lean
+        return options
+
+    def constants(self) -> dict[str, object]:
+        constants: dict[str, object] = {**self.plan()[1], "PER_POSITION": self.per_position, **self.options()}
+        del constants["num_warps"]
         return constants
 
     def num_warps(self) -> int:
@@ -81,7 +96,7 @@ class Case:
 
     def __str__(self) -> str:
         extra = (f" k={self.k}" if self.kernel == "search_kernel" else "") + (" blocked" if self.blocked else "")
-        where = " per-position" if self.per_position else ""
+        where = (" per-position" if self.per_position else "") + (" lean" if self.lean else "")
         emissions = f" ({self.emissions} emissions)" if self.emissions != self.dtype else ""
         return f"{self.kernel} C={self.size} order={self.order}{extra}{where} {self.dtype}{emissions}"
 
