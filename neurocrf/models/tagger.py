@@ -260,7 +260,7 @@ class Tagger(FullBatchTraining, Checkpointed, ProcessGroupTeardown, pl.Lightning
     @property
     def file_scheme(self) -> str | None:
         """The tag scheme of the training corpus's files (``data.file_scheme`` of the run config,
-        e.g. ``IOB2``; tags are predicted in :attr:`scheme`), or None when the checkpoint does not
+        e.g. ``IOB2``; tags are predicted in ``scheme``), or None when the checkpoint does not
         record it."""
         scheme = self._training_data_option("file_scheme")
         return None if scheme is None else str(scheme)
