@@ -1,5 +1,5 @@
-"""The package's floors (the layout the README draws): ``conventions`` and ``values`` below every
-floor; ``structs``, ``data``, ``encoders`` and ``parsing`` on the ground; ``models``, then
+"""The package's floors (the layout the README draws): ``conventions``, ``values`` and
+``interrupts`` (stop signals) below every floor; ``structs``, ``data``, ``encoders`` and ``parsing`` on the ground; ``models``, then
 ``supertagging`` above it; ``inference`` and ``study`` above those; ``cli`` on top. A module
 imports only from its own room or from a room on a lower floor; a ground room reaches another
 only through that room's package (``neurocrf.structs``, not ``neurocrf.structs.linear_chain``),
@@ -16,7 +16,7 @@ import neurocrf
 
 PACKAGE = Path(neurocrf.__file__).parent
 FLOORS = {
-    "conventions": 0, "values": 0,
+    "conventions": 0, "values": 0, "interrupts": 0,
     "structs": 1, "data": 1, "encoders": 1, "parsing": 1,
     "models": 2,
     "supertagging": 3,
