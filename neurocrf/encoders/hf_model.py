@@ -119,7 +119,10 @@ def model_files(spec: str | Path, tokenizer_kwargs: Mapping[str, Any] | None = N
     from transformers import AutoConfig, AutoTokenizer
 
     source, options = model_source(spec)
-    config = AutoConfig.from_pretrained(source, trust_remote_code=False, **options)
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False, **options)
+    except OSError as error:  # transformers' message does not always name the model
+        raise OSError(f"transformer model {spec}: {' '.join(str(error).split())}") from error
     tokenizer = AutoTokenizer.from_pretrained(
         source, use_fast=True, trust_remote_code=False, **options, **tokenizer_options(tokenizer_kwargs)
     )

@@ -298,7 +298,7 @@ def test_entry_point_on_a_tiny_sweep(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert {name: v["f1"] for name, v in again.items()} == {name: v["f1"] for name, v in variants.items()}
     assert not (out2 / "f1_per_seed.png").exists()
     capsys.readouterr()
-    assert report_main([str(tmp_path / "nowhere")]) == 1
+    assert report_main([str(tmp_path / "nowhere")]) == 2  # a user error
     assert "no sweep directory" in capsys.readouterr().err
     written = write_report(sweep, shuffles=50)
     assert written["plot"].parent == sweep / "report"
