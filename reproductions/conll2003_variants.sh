@@ -7,7 +7,7 @@
 # script is training (its .lock is held) is left alone.
 #
 #   NEUROCRF_DATA=<corpora> RUNS=<runs dir> bash reproductions/conll2003_variants.sh [queue file]
-#   RUNS=<runs dir> bash reproductions/conll2003_variants.sh --status     # epochs and best dev F1
+#   RUNS=<runs dir> bash reproductions/conll2003_variants.sh --status     # Markdown table: epochs, dev F1
 #
 # At most JOBS runs train at once, counting those started by another copy of the script: to put a
 # new queue first, stop the script and the runs to pause (they resume later), then start it again.
@@ -15,6 +15,9 @@
 # Every run caps training at MAX_EPOCHS (default 30; the lr schedule lr / (1 + decay * epoch) does not
 # depend on the cap, so a capped run is the start of a longer one and can be continued with
 # `ckpt_path=<run>/checkpoints/last.ckpt trainer.max_epochs=40`).
+# Everything is inside main(), which bash reads whole before running it: editing this file while
+# it runs (for hours) cannot change what the running copy does.
+main() {
 set -u
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-logs/conll2003_variants}
@@ -49,24 +52,30 @@ iob2                 2     data.scheme=IOB2
 EOF
 }
 
-if [[ ${1:-} == --status ]]; then
+if [[ ${1:-} == --status ]]; then  # a Markdown table of the runs, read from their train.log
   exec "$PYTHON" - "$RUNS" <<'EOF'
-import csv, json, sys
+import re, sys
 from pathlib import Path
 
-for run in sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir()):
-    scores = {}
-    for metrics in run.glob("**/metrics.csv"):
-        for row in csv.DictReader(metrics.open()):
-            if row.get("val/f1"):
-                scores[int(row["epoch"])] = float(row["val/f1"])
-    finished = (run / "summary.json").exists()
-    if scores:
-        best = max(scores, key=scores.get)
-        print(f"{run.name:32s} epochs {len(scores):3d}  best dev F1 {100 * scores[best]:.2f} (epoch {best + 1})"
-              f"  {'finished' if finished else 'running or cut off'}")
+EPOCH = re.compile(r"epoch (\d+): ([\d.]+) s, val/f1 ([\d.]+)")
+HIDDEN = {"experiment", "seed", "hydra.run.dir", "resume", "test", "trainer.max_epochs",
+          "callbacks.progress_bar.refresh_rate"}
+print("| run | overrides | epochs done | best dev F1 (epoch) | last dev F1 | s/epoch (last) | last.ckpt | finished |")
+print("|---|---|--:|---|--:|--:|---|---|")
+for run in sorted(p for p in Path(sys.argv[1]).iterdir() if (p / "train.log").is_file()):
+    epochs = {int(m[1]): (float(m[2]), float(m[3])) for m in EPOCH.finditer((run / "train.log").read_text())}
+    listed = run / ".hydra" / "overrides.yaml"
+    overrides = [line[2:].strip() for line in listed.read_text().splitlines()] if listed.exists() else []
+    shown = " ".join(o for o in overrides if o.split("=")[0] not in HIDDEN) or "(the experiment as it is)"
+    if epochs:
+        best = max(epochs, key=lambda e: (epochs[e][1], -e))
+        last = max(epochs)
+        scores = f"{100 * epochs[best][1]:.2f} ({best + 1}) | {100 * epochs[last][1]:.2f} | {epochs[last][0]:.0f}"
     else:
-        print(f"{run.name:32s} no epoch yet")
+        scores = "- | - | -"
+    checkpoint = "yes" if (run / "checkpoints" / "last.ckpt").is_file() else "no"
+    finished = "yes" if (run / "summary.json").is_file() else "no"
+    print(f"| {run.name} | `{shown}` | {len(epochs)} | {scores} | {checkpoint} | {finished} |")
 EOF
 fi
 
@@ -112,3 +121,7 @@ while read -r line; do
   sleep 5  # the run takes its lock
 done <<<"$queue"
 wait
+}
+
+main "$@"
+exit
