@@ -55,6 +55,10 @@ def test_casing_ids_follow_the_words_and_pad_with_zero() -> None:
     encoder.eval()
     upper, lower = encoder(encoder.prepare([["SAW"], ["saw"]]))
     assert not torch.allclose(upper, lower)
+    # the prediction path (cached input projections per word) sees the casing too
+    batch = [["Peter", "SAW", "saw", "1996"], ["EU"]]
+    with torch.no_grad():
+        torch.testing.assert_close(encoder.encode(batch), encoder(encoder.prepare(batch)))
 
 
 def test_zero_digits_folds_the_lookup_not_the_characters() -> None:
