@@ -12,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-50}"
 log="${SOAK_LOG:-/dev/null}"
-tests=(tests/test_ddp.py tests/test_cli_train.py tests/test_inference_sharded.py tests/test_inference_nodes.py)
+tests=(tests/models/test_ddp.py tests/cli/test_train.py tests/inference/test_sharded.py tests/inference/test_nodes.py)
 selection="ddp or process_group or two_processes or nodes"
 passed=0
 failed=0

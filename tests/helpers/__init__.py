@@ -1,0 +1,1 @@
+"""Shared test helpers: tiny generated corpora and models, brute-force enumeration, Triton checks."""
