@@ -24,6 +24,7 @@ RUNS=${RUNS:-logs/conll2003_variants}
 JOBS=${JOBS:-2}
 MAX_EPOCHS=${MAX_EPOCHS:-30}
 PYTHON=${PYTHON:-python}
+POLL=${POLL:-30}  # whole seconds between looks for a free slot
 
 default_queue() {
   cat <<'EOF'
@@ -114,11 +115,11 @@ busy() {
 
 while read -r line; do
   while (($(busy) >= JOBS)); do
-    sleep 30
+    sleep "$POLL"
   done
   # shellcheck disable=SC2086  # the overrides are words
   run_one $line &
-  sleep 5  # the run takes its lock
+  sleep "$(((POLL + 5) / 6))"  # the run takes its lock
 done <<<"$queue"
 wait
 }
