@@ -18,7 +18,7 @@
 # Everything is inside main(), which bash reads whole before running it: editing this file while
 # it runs (for hours) cannot change what the running copy does.
 main() {
-set -u
+set -u -f  # -f: the overrides hold brackets ([a,b] lists), never file patterns
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-logs/conll2003_variants}
 JOBS=${JOBS:-2}
