@@ -18,7 +18,7 @@
 # Everything is inside main(), which bash reads whole before running it: editing this file while
 # it runs (for hours) cannot change what the running copy does.
 main() {
-set -u -f  # -f: the overrides hold brackets ([a,b] lists), never file patterns
+set -u
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-logs/conll2003_variants}
 JOBS=${JOBS:-2}
@@ -117,8 +117,10 @@ while read -r line; do
   while (($(busy) >= JOBS)); do
     sleep "$POLL"
   done
-  # shellcheck disable=SC2086  # the overrides are words
+  set -f  # the overrides are words, with brackets ([a,b] lists) but never file patterns
+  # shellcheck disable=SC2086
   run_one $line &
+  set +f
   sleep "$(((POLL + 5) / 6))"  # the run takes its lock
 done <<<"$queue"
 wait
