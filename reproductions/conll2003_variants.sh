@@ -42,6 +42,8 @@ char_lstm            1     encoder.char=lstm encoder.char_dim=25 encoder.char_hi
 char_lstm            2     encoder.char=lstm encoder.char_dim=25 encoder.char_hidden=25
 sgd_lr0015           1     optimizer.lr=0.015
 sgd_lr0015           2     optimizer.lr=0.015
+char_dropout05       1     encoder.char_dropout=0.5
+char_dropout05       2     encoder.char_dropout=0.5
 zero_digits          1     encoder.zero_digits=true
 zero_digits          2     encoder.zero_digits=true
 word_dropout005      1     encoder.word_dropout=0.05

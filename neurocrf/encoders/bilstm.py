@@ -61,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
     "char_dim": 30,
     "char_hidden": 50,  # CNN filters, or hidden size per direction of the char BiLSTM
     "char_kernel": 3,
+    "char_dropout": 0.0,  # dropout on the character embeddings, before the char CNN / BiLSTM
     "char_min_count": 1,
     "max_word_length": 50,  # characters per word seen by the char encoder
     "hidden_size": 200,  # per direction
@@ -295,7 +296,12 @@ class BiLSTMEncoder(Encoder):
             input_dim += options["casing_dim"]
         if options["char"] is not None:
             self.char_encoder = build_char_encoder(
-                options["char"], len(chars), options["char_dim"], options["char_hidden"], options["char_kernel"]
+                options["char"],
+                len(chars),
+                options["char_dim"],
+                options["char_hidden"],
+                options["char_kernel"],
+                options["char_dropout"],
             )
             input_dim += self.char_encoder.output_dim
         self.dropout = Dropout(options["dropout"])

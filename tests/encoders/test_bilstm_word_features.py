@@ -185,3 +185,19 @@ def test_tagger_with_every_word_feature_checkpoints_and_predicts(tmp_path: Path)
     predictions = tagger.predict([["Peter", "saw", "Germany", "in", "2001"], ["EU"]])
     assert [len(p.tags) for p in predictions] == [5, 1]
     assert tagger.encoder.casing_embedding.weight.shape == (len(CASING_CLASSES), 3)
+
+
+@pytest.mark.parametrize("char", ["cnn", "lstm"])
+def test_char_dropout_drops_character_embeddings_in_training_only(char: str) -> None:
+    config = {"name": "bilstm", "hidden_size": 4, "word_dim": 5, "char": char, "char_dim": 6, "char_hidden": 3}
+    vocabularies = build_vocabularies(config, [["Paris", "is", "nice"]])
+    plain = build_encoder(config, vocabularies, num_tags=3)
+    dropped = build_encoder({**config, "char_dropout": 1.0}, vocabularies, num_tags=3)
+    assert set(dropped.state_dict()) == set(plain.state_dict())  # old checkpoints load
+    dropped.load_state_dict(plain.state_dict())
+    ids = plain.prepare([["Paris", "Tokyo"]])["chars"][0]  # as many characters
+    # p = 1: every character embedding is 0 while training, so every word gets the same features
+    features = dropped.char_encoder.train()(ids)
+    torch.testing.assert_close(features[0], features[1])
+    assert not torch.allclose(plain.char_encoder.train()(ids)[0], plain.char_encoder(ids)[1])
+    torch.testing.assert_close(dropped.char_encoder.eval()(ids), plain.char_encoder.eval()(ids))
