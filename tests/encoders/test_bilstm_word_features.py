@@ -201,3 +201,15 @@ def test_char_dropout_drops_character_embeddings_in_training_only(char: str) -> 
     torch.testing.assert_close(features[0], features[1])
     assert not torch.allclose(plain.char_encoder.train()(ids)[0], plain.char_encoder(ids)[1])
     torch.testing.assert_close(dropped.char_encoder.eval()(ids), plain.char_encoder.eval()(ids))
+
+
+@pytest.mark.parametrize("option", [{"casing_dim": 3, "lowercase": True}, {"zero_digits": True}])
+def test_export_refuses_word_features_its_inputs_lack(option: dict) -> None:
+    from types import SimpleNamespace
+
+    from neurocrf.models.export import ExportableTagger
+
+    config = {"name": "bilstm", "char": None, "hidden_size": 4, "word_dim": 5, **option}
+    encoder = build_encoder(config, build_vocabularies(config, [["In", "1996"]]), num_tags=3)
+    with pytest.raises(ValueError, match="cannot be exported"):
+        ExportableTagger(SimpleNamespace(encoder=encoder, head=None))
