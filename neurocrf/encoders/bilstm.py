@@ -35,6 +35,7 @@ from neurocrf.encoders.base import (
     with_defaults,
 )
 from neurocrf.encoders.chars import CACHED_WORDS, CHAR_KINDS, Dropout, build_char_encoder, char_ids, run_lstm
+from neurocrf.encoders.embeddings import FrozenTailEmbedding
 from neurocrf.encoders.lstm_inference import GATE_CACHE_BYTES, GateCache, StackedLSTM, run_stacked
 from neurocrf.encoders.vectors import PretrainedVectors, load_vectors, match_rows
 from neurocrf.encoders.word_shape import CASING_CLASSES, casing_ids, word_folder
@@ -56,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "add_words_from": None,  # source whose words add_pretrained_words adds (null: the first of vectors)
     "max_pretrained_words": None,  # read only the first N entries of that source
     "freeze_embeddings": False,
+    "freeze_unseen_words": False,  # keep the rows of added pretrained words absent from training fixed
     "word_dropout": 0.0,  # probability of replacing a word by <unk> while training
     "char": "cnn",  # cnn | lstm | null
     "char_dim": 30,
@@ -160,6 +162,7 @@ def _add_pretrained(options: dict[str, Any], counts: Counter[str]) -> tuple[list
     rare = Counter({w: c for w, c in counts.items() if c < options["min_count"] and _in_any(indexes, w)})
     words = counted_vocabulary(counts, options["min_count"])
     words += counted_vocabulary(rare, 1, specials=())
+    trained_words = len(words)  # the rows after these belong to words absent from the training data
     present = set(words)
     for word in added:
         if word not in present:
@@ -172,7 +175,8 @@ def _add_pretrained(options: dict[str, Any], counts: Counter[str]) -> tuple[list
     while len(_STAGED) > _MAX_STAGED:
         _STAGED.popitem(last=False)
     log.info("pretrained vectors %s: %d of %d vocabulary words found", ", ".join(sources), len(rows), len(words))
-    info = {"source": str(options["vectors"]), "dim": dim, "found": len(rows), "fingerprint": fingerprint}
+    info = {"source": str(options["vectors"]), "dim": dim, "found": len(rows), "fingerprint": fingerprint,
+            "trained_words": trained_words}
     return words, info
 
 
@@ -287,7 +291,12 @@ class BiLSTMEncoder(Encoder):
         self.unk_id = self.preparer.words.unk_id
         self.word_dropout = options["word_dropout"]
 
-        self.embedding = nn.Embedding(len(words), word_dim, padding_idx=0)
+        trained_words = (pretrained or {}).get("trained_words")  # absent from checkpoints of older versions
+        self.embedding: nn.Embedding | FrozenTailEmbedding
+        if options["freeze_unseen_words"] and trained_words is not None and trained_words < len(words):
+            self.embedding = FrozenTailEmbedding(trained_words, len(words) - trained_words, word_dim)
+        else:
+            self.embedding = nn.Embedding(len(words), word_dim, padding_idx=0)
         self.char_encoder = None
         input_dim = word_dim
         self.casing_embedding = None
@@ -315,7 +324,8 @@ class BiLSTMEncoder(Encoder):
         )
         self.output_dim = options["hidden_size"] * (2 if options["bidirectional"] else 1)
         self.emits_scores = False
-        self.embedding.weight.requires_grad_(not options["freeze_embeddings"])
+        trainable = self.embedding.trained if isinstance(self.embedding, FrozenTailEmbedding) else self.embedding
+        trainable.weight.requires_grad_(not options["freeze_embeddings"])
         self.gate_cache_bytes = GATE_CACHE_BYTES  # memory of the prediction path's word cache
         self._predictor: tuple[tuple[int, ...], StackedLSTM, GateCache] | None = None
 
@@ -323,22 +333,26 @@ class BiLSTMEncoder(Encoder):
         """Random rows with the pretrained spread (one per column block of concatenated sources);
         staged pretrained rows copied in; padding 0."""
         dim = self.embedding.embedding_dim
+        split = isinstance(self.embedding, FrozenTailEmbedding)
+        weight = self.embedding.weight if split else self.embedding.weight.data  # [num_words, dim]
         with torch.no_grad():
             std = staged[2] if staged is not None else 1.0 / math.sqrt(dim)
             if isinstance(std, Tensor):
-                self.embedding.weight.normal_(0.0, 1.0).mul_(std.to(self.embedding.weight.dtype))
+                weight.normal_(0.0, 1.0).mul_(std.to(weight.dtype))
             else:
-                self.embedding.weight.normal_(0.0, std)
+                weight.normal_(0.0, std)
             if staged is not None and staged[0].numel():
-                self.embedding.weight[staged[0]] = staged[1].to(self.embedding.weight.dtype)
-            self.embedding.weight[0].zero_()
+                weight[staged[0]] = staged[1].to(weight.dtype)
+            weight[0].zero_()
+            if split:
+                self.embedding.set_rows(weight)
 
     def forward(self, inputs: dict[str, Tensor]) -> Tensor:
         inputs = self._to_device(inputs)
         ids, mask = inputs["words"], inputs["mask"]
         batch, width = ids.shape
         if width == 0:
-            return self.embedding.weight.new_zeros(batch, 0, self.output_dim)
+            return self.lstm.weight_ih_l0.new_zeros(batch, 0, self.output_dim)
         if self.training and self.word_dropout > 0:
             drop = torch.rand(ids.shape, device=ids.device) < self.word_dropout
             ids = ids.masked_fill(drop & mask, self.unk_id)
@@ -390,11 +404,12 @@ class BiLSTMEncoder(Encoder):
         """The stacked weights and the word cache, rebuilt whenever a parameter changes (an
         optimizer step, ``load_state_dict``, an in-place edit: their version counters or storage
         change); None where :meth:`forward` must run instead."""
-        weight = self.embedding.weight
+        weight = self.lstm.weight_ih_l0
         if self.training or weight.device.type != "cpu" or weight.dtype != torch.float32:
             return None
         try:
-            key = tuple(v for p in self.parameters() for v in (p.data_ptr(), p._version))
+            tensors = [*self.parameters(), *self.buffers()]  # buffers: the fixed rows of FrozenTailEmbedding
+            key = tuple(v for p in tensors for v in (p.data_ptr(), p._version))
         except RuntimeError:  # inference tensors carry no version: changes could not be seen
             return None
         if self._predictor is None or self._predictor[0] != key:

@@ -166,7 +166,7 @@ def test_tagger_with_every_word_feature_checkpoints_and_predicts(tmp_path: Path)
         "data=conll2003", f"paths.shared_data={tmp_path / 'data'}", "data.batch_size=2",
         f"encoder.vectors=[{glove},{pipeline}]", "encoder.add_pretrained_words=true", "encoder.lowercase=true",
         "encoder.zero_digits=true", "encoder.casing_dim=3", "encoder.char=lstm", "encoder.char_dim=4",
-        "encoder.char_hidden=3", "encoder.hidden_size=5",
+        "encoder.char_hidden=3", "encoder.hidden_size=5", "encoder.freeze_unseen_words=true",
         "~logger", "test=false", "trainer.max_epochs=1", "~callbacks.progress_bar",
         "+trainer.enable_progress_bar=false",
     ]
@@ -180,8 +180,10 @@ def test_tagger_with_every_word_feature_checkpoints_and_predicts(tmp_path: Path)
     tagger = Tagger.load(checkpoint_path)
     words = tagger.encoder.preparer.words.items
     assert "0000" in words and "1996" not in words and "germany" in words
-    saved = checkpoint["state_dict"]["encoder.embedding.weight"]
-    torch.testing.assert_close(tagger.encoder.embedding.weight.detach(), saved, rtol=0, atol=0)
+    state = checkpoint["state_dict"]
+    saved = torch.cat([state["encoder.embedding.trained.weight"], state["encoder.embedding.frozen"]])
+    torch.testing.assert_close(tagger.encoder.embedding.weight, saved, rtol=0, atol=0)
+    assert words.index("the") >= state["encoder.embedding.trained.weight"].shape[0]  # "the" is not in training
     predictions = tagger.predict([["Peter", "saw", "Germany", "in", "2001"], ["EU"]])
     assert [len(p.tags) for p in predictions] == [5, 1]
     assert tagger.encoder.casing_embedding.weight.shape == (len(CASING_CLASSES), 3)
@@ -213,3 +215,47 @@ def test_export_refuses_word_features_its_inputs_lack(option: dict) -> None:
     encoder = build_encoder(config, build_vocabularies(config, [["In", "1996"]]), num_tags=3)
     with pytest.raises(ValueError, match="cannot be exported"):
         ExportableTagger(SimpleNamespace(encoder=encoder, head=None))
+
+
+def _train_steps(encoder, batches: list[list[list[str]]]) -> None:
+    """SGD with momentum and clipping (the CoNLL-2003 recipe's optimizer) over ``batches``."""
+    optimizer = torch.optim.SGD([p for p in encoder.parameters() if p.requires_grad], lr=0.1, momentum=0.9)
+    encoder.train()
+    for batch in batches:
+        optimizer.zero_grad()
+        encoder(encoder.prepare(batch)).square().sum().backward()
+        torch.nn.utils.clip_grad_norm_(encoder.parameters(), 5.0)
+        optimizer.step()
+
+
+def test_freeze_unseen_words_trains_as_the_whole_table(tmp_path: Path) -> None:
+    """The added pretrained words that training never sees get no gradient: keeping their rows
+    fixed trains the same model (same start, same steps), with a parameter of the training rows only."""
+    source = _glove(tmp_path / "v.txt", {w: [float(i), -float(i), 0.5] for i, w in enumerate(
+        ["the", "paris", "rome", "oslo", "lima", "berlin"], start=1)})
+    train = [["Paris", "is", "nice"], ["the", "cat", "sat"], ["Paris", "the", "cat"]]
+    config = {"name": "bilstm", "hidden_size": 4, "char_dim": 4, "char_hidden": 3, "vectors": source,
+              "add_pretrained_words": True, "dropout": 0.0}
+    vocabularies = build_vocabularies(config, train)
+    assert vocabularies["pretrained"]["trained_words"] == 8  # <pad> <unk> Paris the cat is nice sat
+    words = vocabularies["words"]
+    assert words[8:] == ["paris", "rome", "oslo", "lima", "berlin"]
+    encoders = []
+    for freeze in (False, True):
+        torch.manual_seed(0)
+        encoders.append(build_encoder({**config, "freeze_unseen_words": freeze}, vocabularies, num_tags=3))
+    whole, split = encoders
+    torch.testing.assert_close(split.embedding.weight, whole.embedding.weight.detach(), rtol=0, atol=0)
+    assert split.embedding.trained.weight.shape == (8, 3) and not any(
+        p.shape[0] == len(words) for p in split.parameters())
+    _train_steps(whole, [train[:2], train[1:], train])
+    _train_steps(split, [train[:2], train[1:], train])
+    torch.testing.assert_close(split.embedding.weight, whole.embedding.weight.detach())
+    whole.eval(), split.eval()
+    batch = [["Rome", "and", "Paris"], ["berlin"]]
+    rebuilt = build_encoder({**config, "freeze_unseen_words": True}, vocabularies, num_tags=3, restore=True)
+    rebuilt.load_state_dict(split.state_dict())  # a checkpoint's state dict restores it
+    with torch.no_grad():
+        torch.testing.assert_close(split.encode(batch), whole.encode(batch))
+        torch.testing.assert_close(split(split.prepare(batch)), whole(whole.prepare(batch)))
+        torch.testing.assert_close(rebuilt.eval().encode(batch), split.encode(batch), rtol=0, atol=0)
