@@ -1,9 +1,13 @@
 """CRF layers over tag sequences, and the chain engine under them.
 
 Layers, constraints, the distribution object and the exportable decoder live here; the engine
-(:mod:`neurocrf.structs.engine`: the backend chooser and the torch, compiled and triton backends)
-sits below them, and the layers reach it only through
-:class:`~neurocrf.structs.engine.chain.Chain`.
+(:mod:`neurocrf.structs.engine`: the backend chooser, the reference implementation and the torch,
+compiled and triton backends) sits below them. Nothing here imports a backend: the layers reach
+the engine through :class:`~neurocrf.structs.engine.chain.Chain`; the distribution object computes
+its edge marginals, expectations and samples on the engine's torch-only reference
+(:mod:`neurocrf.structs.engine.reference`: differentiable to any order, which no backend's fast
+scan is) and its paths through ``Chain``; the exportable decoder has its own Viterbi over the
+``scan`` operator (see :mod:`neurocrf.structs.export` for why).
 """
 
 from __future__ import annotations

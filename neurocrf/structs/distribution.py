@@ -13,9 +13,14 @@ state paths of positive probability and tag paths are in bijection: sums over st
 
 Entropy and divergences come from expected scores: ``H(p) = log Z_p - E_p[score_p]`` and
 ``H(p, q) = log Z_q - E_p[score_q]``, with the expectations taken from p's node and edge marginals.
-Everything runs in float64 on :mod:`neurocrf.structs.engine.pytorch.log_scan`, whose gradients of every order are
-exact whatever the layer's ``scan``; the k best paths come from the chain engine. For the training
-loss alone, the layer's ``forward`` (its fast scan with a hand-written backward) is cheaper.
+Torch only, whatever the layer's backend: everything runs in float64 on the engine's reference
+(:mod:`neurocrf.structs.engine.reference`, the plain log-space forward-backward built of
+differentiable operations), because entropies, divergences and differentiable marginals need
+edge marginals, expectations, exact samples and gradients of every order, which no backend's
+fast scan gives (their gradients are first derivatives, computed by hand). The paths and their
+scores come through :class:`~neurocrf.structs.engine.chain.Chain`, so from the layer's backend.
+For the training loss alone, the layer's ``forward`` (its backend's fast scan with a hand-written
+backward) is cheaper.
 """
 
 from __future__ import annotations
@@ -27,9 +32,8 @@ from typing import Any, Callable, TypeVar
 import torch
 from torch import Tensor, nn
 
-from neurocrf.structs.engine.augmented import augment, state_map
+from neurocrf.structs.engine import reference
 from neurocrf.structs.engine.chain import Chain, path_score
-from neurocrf.structs.engine.pytorch import log_scan
 from neurocrf.structs.engine.semiring import NEG_INF
 
 F = TypeVar("F", bound=Callable)
@@ -144,7 +148,7 @@ class ChainDistribution:
         """Path scores ``[R]`` of rows ``rows`` -> log-probabilities in the compute dtype."""
         log_z = self._log_z[rows]
         finite = torch.isfinite(log_z) & ~torch.isneginf(scores)
-        value = scores.to(torch.float64) - log_scan.safe_log_z(log_z)
+        value = scores.to(torch.float64) - reference.safe_log_z(log_z)
         return torch.where(finite, value, torch.full_like(value, NEG_INF)).to(self._dtype)
 
     # --- exact differentiable forward-backward --------------------------------------------------
@@ -152,27 +156,26 @@ class ChainDistribution:
     @_memo
     def _augmented(self) -> tuple[Tensor, Tensor, Tensor]:
         """float64 augmented ``start``, ``moves`` and time-major ``emissions`` ``[T + 1, B, *S']``."""
-        start, moves, end = (x.to(torch.float64) for x in self._potentials)
-        return augment(start, moves, end, self._state_emissions.to(torch.float64), self.lengths)
+        return reference.augmented(*self._potentials, self._state_emissions, self.lengths)
 
     @property
     @_memo
     def _alphas(self) -> Tensor:
-        return log_scan.forward_scores(*self._augmented)
+        return reference.forward_scores(*self._augmented)
 
     @property
     @_memo
     def _log_z(self) -> Tensor:
-        return log_scan.log_partition(self._alphas)
+        return reference.log_z_from(self._alphas)
 
     @property
     @_memo
     def _posteriors(self) -> tuple[Tensor, Tensor]:
         """Augmented node ``[T + 1, B, *S']`` and edge ``[T, B, *S', C']`` posteriors."""
         _, moves, emissions = self._augmented
-        betas = log_scan.backward_scores(moves, emissions)
-        nodes = log_scan.node_marginals(self._alphas, betas, self._log_z)
-        edges = log_scan.edge_marginals(moves, emissions, self._alphas, betas, self._log_z)
+        betas = reference.backward_scores(moves, emissions)
+        nodes = reference.state_posteriors(self._alphas, betas, self._log_z)
+        edges = reference.edge_posteriors(moves, emissions, self._alphas, betas, self._log_z)
         return nodes, edges
 
     def _inner(self, x: Tensor, extra: int = 0) -> Tensor:
@@ -223,11 +226,11 @@ class ChainDistribution:
         """``[batch]`` expectation under this distribution of ``other``'s path score (float64)."""
         nodes, edges = self._posteriors
         start, moves, emissions = other._augmented
-        total = log_scan.expectation(nodes[0], start, tuple(range(1, nodes.dim() - 1)))
+        total = reference.expectation(nodes[0], start, tuple(range(1, nodes.dim() - 1)))
         node_dims = (0,) + tuple(range(2, nodes.dim()))
-        total = total + log_scan.expectation(nodes, emissions, node_dims)
+        total = total + reference.expectation(nodes, emissions, node_dims)
         into = moves[1:] if moves.dim() > emissions.dim() else moves
-        return total + log_scan.expectation(edges, into, (0,) + tuple(range(2, edges.dim())))
+        return total + reference.expectation(edges, into, (0,) + tuple(range(2, edges.dim())))
 
     @_no_autocast
     def entropy(self) -> Tensor:
@@ -261,7 +264,7 @@ class ChainDistribution:
         expected = self._expected_score(other)
         has_mass = torch.isfinite(self._log_z)
         lost = torch.isneginf(expected) | ~torch.isfinite(other._log_z)
-        value = log_scan.safe_log_z(other._log_z) - expected.masked_fill(lost, 0.0)
+        value = reference.safe_log_z(other._log_z) - expected.masked_fill(lost, 0.0)
         value = torch.where(lost, torch.full_like(value, float("inf")), value)
         return torch.where(has_mass, value, torch.zeros_like(value)).to(self._dtype)
 
@@ -281,9 +284,9 @@ class ChainDistribution:
             raise ValueError(f"the number of samples must be non-negative, got {num}")
         with torch.no_grad():
             _, moves, emissions = self._augmented
-            states = log_scan.sample_states(moves, emissions, self._alphas, num, generator)
+            states = reference.sample_states(moves, emissions, self._alphas, num, generator)
             size, order = self._potentials[1].shape[-1], self._potentials[0].dim()
-            original = state_map(size, order, states.device)[states[..., : self._width]]  # [num, B, width]
+            original = reference.original_states(states[..., : self._width], size, order)  # [num, B, width]
             tags = self.crf._state_to_tag(original)
             tags = tags.masked_fill(~torch.isfinite(self._log_z).view(1, self.batch_size, 1), -1)
             return self._scatter_rows(tags)

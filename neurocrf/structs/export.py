@@ -9,9 +9,19 @@ scatter, and both the max-product forward pass and the backtracking are ``scan``
 symbolic length and the ONNX exporter (``dynamo=True``) writes as an ONNX ``Scan``. The exported
 program therefore decodes any batch size and any sequence length.
 
-It does the same floating-point operations in the same order as the eager Viterbi, so the tags
-are identical, not merely close: ``crf.decoder()(emissions, mask)`` equals
+It does the same floating-point operations in the same order as the eager Viterbi of the
+compiled kernel (the CPU default), ``score + (move + emission)`` with ties to the lower source, so
+the tags are identical, not merely close: ``crf.decoder()(emissions, mask)`` equals
 ``crf.decode(emissions, mask)``.
+
+Why this Viterbi is not the engine's: every engine scan, the reference's
+(:func:`~neurocrf.structs.engine.reference.max_scan`) included, loops over the positions in
+Python on potentials that a data-dependent compaction built, and a backend is chosen at run time
+by device and input; ``torch.export`` would unroll such a loop to the one length it traced (and
+the C kernel and Triton launches are opaque to it). Here the loop body is a function of tensors
+alone, handed to the ``scan`` operator, and the masking is arithmetic (inactive positions keep
+their scores) instead of the engine's absorbing END state. The tests hold it to ``crf.decode``
+on every layer, mask and constraint (``tests/structs/test_export.py``).
 
 >>> import torch
 >>> from neurocrf.structs import LinearChainCRF

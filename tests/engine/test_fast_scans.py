@@ -15,6 +15,7 @@ from neurocrf.structs.engine.augmented import augment
 from neurocrf.structs.engine.compiled import kernel as fast_kernel
 from neurocrf.structs.engine.pytorch import exp_scan
 from neurocrf.structs.engine.pytorch import first_order as fast_first_order
+from neurocrf.structs.engine.pytorch import search as fast_search
 from tests.helpers import enumeration as bf
 
 FIRST_ORDER_CASES = [case for case in bf.CASES if case[0] == "first_order"]
@@ -47,10 +48,10 @@ def path(request):
 
 @pytest.fixture
 def taken(monkeypatch):
-    """Counts the certified fast scans (log partition, gradients, marginals) and fast Viterbi calls
-    of both backends."""
+    """Counts the certified fast scans (log partition, gradients, marginals) and Viterbi calls of
+    both backends."""
     counts = {"scan": 0, "viterbi": 0}
-    scan, viterbi = fast_first_order.forward_backward, fast_first_order.viterbi
+    scan, viterbi = fast_first_order.forward_backward, fast_search.viterbi
     kernel_scan, kernel_viterbi = fast_kernel.fb_forward, fast_kernel.viterbi
 
     def counted_scan(*args, **kwargs):
@@ -70,7 +71,7 @@ def taken(monkeypatch):
         return run
 
     monkeypatch.setattr(fast_first_order, "forward_backward", counted_scan)
-    monkeypatch.setattr(fast_first_order, "viterbi", counted(viterbi))
+    monkeypatch.setattr(fast_search, "viterbi", counted(viterbi))
     monkeypatch.setattr(fast_kernel, "fb_forward", counted_kernel_scan)
     monkeypatch.setattr(fast_kernel, "viterbi", counted(kernel_viterbi))
     return counts
@@ -311,10 +312,11 @@ def test_pair_scan_is_exact_or_falls_back(budget, max_log, certified, monkeypatc
         torch.testing.assert_close(got, expected)
 
 
-def test_pair_viterbi_equals_general_engine(monkeypatch):
-    """fast_pairs.viterbi (back-pointers recomputed along the path) = the general engine's paths."""
+def test_pair_viterbi_equals_the_reference(monkeypatch):
+    """The torch backend's Viterbi on pair states (back-pointers recomputed along the path) = the
+    reference's max scan."""
     from neurocrf.structs import SecondOrderCRF
-    from neurocrf.structs.engine.pytorch import pairs as fast_pairs
+    from neurocrf.structs.engine import reference
 
     tags = ["O", "B-A", "I-A", "B-B", "I-B"]
     crf = SecondOrderCRF(len(tags), allowed_transitions(tags, "IOB2"))
@@ -327,13 +329,13 @@ def test_pair_viterbi_equals_general_engine(monkeypatch):
     emissions[4, :, 0] = 0.0
     emissions[4, 3, 2] = 0.0  # a row whose only admissible tags form no path: O then I-A only
     emissions[4, 3, 0] = -math.inf
-    assert fast_pairs.viterbi_pays_off(300, len(tags) + 2)
+    crf.backend = "torch"
     calls = []
-    scan = fast_pairs.viterbi
-    monkeypatch.setattr(fast_pairs, "viterbi", lambda *args: calls.append(1) or scan(*args))
+    scan = fast_search._by_scores
+    monkeypatch.setattr(fast_search, "_by_scores", lambda *args: calls.append(1) or scan(*args))
     fast = crf.decode(emissions, mask)
     assert calls
-    general_engine(monkeypatch)
+    monkeypatch.setattr(fast_search, "viterbi", reference.max_scan)
     expected = crf.decode(emissions, mask)
     expected[4] = -1
     assert torch.equal(fast, expected)

@@ -19,11 +19,11 @@ from neurocrf.structs.engine import triton as backend  # noqa: E402
 from neurocrf.structs.engine.chain import Chain  # noqa: E402
 from neurocrf.structs.engine.chain import path_score as torch_path_score  # noqa: E402
 from neurocrf.structs.engine.triton import runtime  # noqa: E402
+from tests.helpers.chains import random_chain  # noqa: E402
 from tests.helpers.enumeration import CASES, make_layer, pair_reference_scores, random_mask  # noqa: E402
 from tests.helpers.triton import (  # noqa: E402
     assert_same_as_torch,
     check_against_enumeration,
-    random_chain,
     torch_gradients,
     triton_gradients,
 )

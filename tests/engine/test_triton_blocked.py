@@ -19,12 +19,11 @@ from neurocrf.structs import LinearChainCRF, PrecursorInducedCRF  # noqa: E402
 from neurocrf.structs.engine import triton as backend  # noqa: E402
 from neurocrf.structs.engine.chain import Chain  # noqa: E402
 from neurocrf.structs.engine.triton import runtime  # noqa: E402
+from tests.helpers.chains import layer_inputs, random_chain  # noqa: E402
 from tests.helpers.enumeration import make_layer, random_mask  # noqa: E402
 from tests.helpers.triton import (  # noqa: E402
     assert_same_as_torch,
     check_against_enumeration,
-    layer_inputs,
-    random_chain,
     torch_gradients,
     triton_gradients,
 )

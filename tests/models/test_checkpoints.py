@@ -10,7 +10,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import pytorch_lightning as pl
 import torch
 
 from neurocrf.encoders import build_vocabularies
@@ -24,16 +23,10 @@ from neurocrf.models.checkpoints import (
 )
 from neurocrf.models.tagger import Tagger
 from neurocrf.supertagging.supertagger import Supertagger
+from tests.helpers.checkpoints import save_checkpoint
 
 ENCODER = {"name": "bilstm", "word_dim": 8, "char": None, "hidden_size": 8}
 WORDS = [["Peter", "lives", "in", "Berlin"], ["EU", "rejects", "it"]]
-
-
-def _save(model: pl.LightningModule, path: Path) -> Path:
-    """``model`` in the layout Lightning writes (weights, plain hyperparameters, counters)."""
-    torch.save({"epoch": 0, "global_step": 0, "pytorch-lightning_version": pl.__version__,
-                "state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}, path)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +35,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     vocabularies = build_vocabularies(ENCODER, WORDS)
     tagger = Tagger(ENCODER, {"kind": "first_order"}, ["O", "B-PER", "I-PER"], "IOB2", vocabularies)
     supertagger = Supertagger(ENCODER, vocabularies, ["a", "b"], ["N", "V"], ["ROOT"])
-    return {"tagger": _save(tagger, folder / "tagger.ckpt"), "supertagger": _save(supertagger, folder / "st.ckpt")}
+    return {"tagger": save_checkpoint(tagger, folder / "tagger.ckpt"),
+            "supertagger": save_checkpoint(supertagger, folder / "st.ckpt")}
 
 
 def _bad(folder: Path, name: str, content: bytes) -> Path:

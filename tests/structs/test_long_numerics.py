@@ -11,6 +11,7 @@ import torch
 
 from neurocrf.structs import LinearChainCRF, PrecursorInducedCRF, allowed_transitions
 from neurocrf.structs.engine import pytorch as torch_backend
+from neurocrf.structs.engine import reference
 from neurocrf.structs.engine.augmented import augment
 from neurocrf.structs.engine.compiled import kernel
 from neurocrf.structs.engine.pytorch import first_order, search
@@ -108,7 +109,7 @@ def test_precursor_stays_on_the_fast_scans_and_is_exact(request, monkeypatch, ba
 
 def test_torch_viterbi_memory_does_not_grow_with_the_batch_times_length():
     """64 x 128 x 45 decodes with step buffers of a few MiB (the full [T, B, L+1, L+1] float64 step
-    tensor took 139 MB) and the paths of the search scan."""
+    tensor took 139 MB) and the paths of the reference's max scan."""
     crf = seeded_layer(LinearChainCRF(45, allowed_transitions(["O"] + [f"{p}-T{i}" for i in range(22) for p in "BI"],
                                                                 "IOB2"), backend="torch"))
     emissions = torch.randn(64, 128, 45, generator=torch.Generator().manual_seed(4))
@@ -120,19 +121,11 @@ def test_torch_viterbi_memory_does_not_grow_with_the_batch_times_length():
     start, transitions, end = (x.double() for x in crf._potentials(torch.float64))
     lengths = mask.sum(1)
     compact = torch.stack([torch.cat([e[m], e[~m]]) for e, m in zip(emissions.double(), mask)])
-    states, _ = search.viterbi(*augment(start, transitions, end, compact, lengths))
+    states, _ = reference.max_scan(*augment(start, transitions, end, compact, lengths))
     expected = torch.full_like(tags, -1)
     for row in range(64):
         expected[row, mask[row]] = states[row, : int(lengths[row])]
     assert torch.equal(tags, expected)
-
-
-def test_chunked_viterbi_equals_one_chunk(monkeypatch):
-    crf = seeded_layer(LinearChainCRF(5, backend="torch")).double()
-    emissions = torch.randn(3, 50, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
-    whole = crf.decode(emissions)
-    monkeypatch.setattr(first_order, "_STEP_CHUNK_ELEMENTS", 1)
-    assert torch.equal(crf.decode(emissions), whole)
 
 
 def test_viterbi_by_scores_equals_viterbi_by_pointers(monkeypatch):
@@ -147,7 +140,7 @@ def test_viterbi_by_scores_equals_viterbi_by_pointers(monkeypatch):
     emissions[5, :, 2] = 0.0  # only I-A: no path under IOB2
     mask = torch.rand(6, 30, generator=torch.Generator().manual_seed(9)) < 0.9
     by_pointers = crf.decode(emissions, mask)
-    monkeypatch.setattr(first_order, "_SCORES_ONLY_ELEMENTS", 0)
+    monkeypatch.setattr(search, "SCORES_ONLY_ELEMENTS", 0)
     assert torch.equal(crf.decode(emissions, mask), by_pointers)
     assert bool((by_pointers[5] == -1).all())
 

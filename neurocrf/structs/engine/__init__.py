@@ -2,24 +2,45 @@
 
 The layers (:mod:`~neurocrf.structs.linear_chain`, :mod:`~neurocrf.structs.second_order`,
 :mod:`~neurocrf.structs.precursor`) build a compacted chain (:class:`~neurocrf.structs.engine.chain.Chain`)
-and ask it for a quantity; the chain asks :func:`select` which backend computes it. Nothing above
-this package imports a backend.
+and ask it for a quantity; the chain asks :func:`select` which backend computes it, and this
+chooser is the only place that loads a backend: no module outside a backend imports it (layers,
+the distribution and the exporter included), and no backend imports another
+(``tests/engine/test_backend_imports.py`` checks both).
+
+The engine root holds what is not one backend's:
+
+- :mod:`~neurocrf.structs.engine.reference`: the reference every backend is tested against, the
+  plain log-space implementation of every quantity (log Z, marginals, Viterbi, k best, path
+  scores), torch only and differentiable to any order. Backends use it as their exact fallback,
+  :class:`~neurocrf.structs.engine.chain.Chain` for derivatives of order two and more, and
+  :class:`~neurocrf.structs.distribution.ChainDistribution` for everything it computes (edge
+  marginals, expectations, samples: quantities no backend's fast scan gives);
+- :mod:`~neurocrf.structs.engine.augmented` (the absorbing END value every scan runs on),
+  :mod:`~neurocrf.structs.engine.columns` (emission columns shared by states),
+  :mod:`~neurocrf.structs.engine.semiring` (the reductions), and
+  :mod:`~neurocrf.structs.engine.certified` (log Z of a certified scan as an autograd node, which
+  the torch and compiled backends share).
 
 Backends (``backend=``):
 
-- ``"torch"`` (:mod:`~neurocrf.structs.engine.pytorch`): the reference, pure torch, any device, every
-  input: log / max / k-max scans, the log-depth parallel scan, the certified exp-space scans.
+- ``"torch"`` (:mod:`~neurocrf.structs.engine.pytorch`): pure torch, any device, every input: the
+  certified fast scans, the log-depth parallel scan, the exp-space scans, one Viterbi max scan.
 - ``"compiled"`` (:mod:`~neurocrf.structs.engine.compiled`): a C kernel for first-order chains with
   shared transitions (:class:`~neurocrf.structs.LinearChainCRF` without pair emissions and
   :class:`~neurocrf.structs.PrecursorInducedCRF`) on CPU tensors; built at install time (or once at
   first use, then cached). Its scans certify their own exactness and hand the rare uncertified
-  batch to the torch backend's log-space scan: a numerical fallback inside the backend, not a
-  change of backend.
+  batch to the reference's log-space scan: a numerical fallback inside the backend, not a change
+  of backend.
 - ``"triton"`` (:mod:`~neurocrf.structs.engine.triton`): fused GPU kernels for CUDA tensors.
 - ``"auto"``: triton for CUDA tensors when it is installed and takes the input, the compiled
   kernel for CPU tensors when it is built and takes the input, torch otherwise; decided per
   quantity. A layer's ``scan`` other than ``"auto"`` asks for a torch scan, so ``"auto"`` then
   means torch.
+
+Each backend writes Viterbi once (torch: :mod:`~neurocrf.structs.engine.pytorch.search`; compiled:
+the kernel; triton: the k-max search kernel with ``k = 1``); every backend is tested against the
+reference, and the reference against brute-force enumeration
+(``tests/engine/test_against_reference.py``).
 
 A backend asked for by name computes the quantity or raises :class:`BackendError` saying why (not
 installed, kernel not built, wrong device, an input it does not take); it never falls back to

@@ -19,9 +19,10 @@ First-order chains may share emission columns between states (``columns``, see
 
 :class:`Chain` asks :func:`neurocrf.structs.engine.select` for the backend of each quantity (see
 :mod:`neurocrf.structs.engine` for the backends, ``"auto"`` and ``NEUROCRF_CRF_BACKEND``) and
-never imports one itself. Two quantities are the torch backend's by definition: derivatives of
-order two and more (``create_graph=True``, differentiable marginals) run through its log-space
-scan, and so do the window partition functions of span confidences.
+never imports one itself. Derivatives of order two and more (``create_graph=True``,
+differentiable marginals) run through the log-space scan of
+:mod:`~neurocrf.structs.engine.reference` whatever the backend, and the window partition functions
+of span confidences are the torch backend's.
 
 Empty batches and rows of length 0 are valid everywhere. A row without any path of finite score
 has log partition ``-inf``, zero marginals and gradients, and Viterbi states -1.

@@ -5,11 +5,11 @@ A chain scan repeatedly combines the scores of the previous position with the tr
 semiring decides what "plus" is:
 
 - :class:`LogSemiring` (``logsumexp``): log partition function; its gradient gives the marginals.
-  The log-space scans (:mod:`~neurocrf.structs.engine.pytorch.log_scan`), the parallel scan and the differentiable
-  scans use it wherever a reduction must stay differentiable to any order.
+  The reference's log-space scans (:mod:`~neurocrf.structs.engine.reference`) and the parallel
+  scan use it wherever a reduction must stay differentiable to any order.
 - :class:`KMaxSemiring` (top-k over a flattened ``(previous state, rank)`` axis): the k best
-  paths (:mod:`~neurocrf.structs.engine.pytorch.search`). Ties keep the lower index first, as ``max`` does, so
-  rank 0 follows exactly the Viterbi path.
+  paths (:func:`~neurocrf.structs.engine.reference.kmax_scan`). Ties keep the lower index first,
+  as ``max`` does, so rank 0 follows exactly the Viterbi path.
 
 The max semiring (Viterbi) is ``Tensor.max`` itself, and the hot sequential loops of the fast
 scans call ``torch.logsumexp`` with an ``out=`` buffer; both reduce exactly as the classes here.

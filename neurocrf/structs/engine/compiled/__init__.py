@@ -8,12 +8,15 @@ other dtypes than float32 and float64).
 
 - log partition and marginals: the kernel's forward-backward pass in float64, certified exact (see
   :mod:`~neurocrf.structs.engine.compiled.kernel`); a batch it cannot certify (scores beyond
-  float64's range in exp space, rows without any path) is computed by the torch backend's general
-  log-space scan, which is exact there: a numerical fallback inside this backend, not a change of
-  backend;
+  float64's range in exp space, rows without any path) is computed by the log-space scan of
+  :mod:`~neurocrf.structs.engine.reference`, which is exact there: a numerical fallback inside this
+  backend, not a change of backend (so are second derivatives, which the kernel does not give);
 - Viterbi: the kernel, in float64;
-- k best: the torch backend's k-max scan on the same CPU tensors (the kernel has no k-best search);
+- k best: the reference's k-max scan on the same CPU tensors (the kernel has no k-best search);
 - gold-path scores: the kernel, summed in float64.
+
+It shares :class:`~neurocrf.structs.engine.certified.CertifiedLogPartition` with the torch
+backend's fast scans and imports no other backend.
 
 The log partition, the gold-path scores and Viterbi also read emissions whose columns several
 states share (``columns=``, :data:`SHARED_COLUMNS`; see :mod:`~neurocrf.structs.engine.columns`):
@@ -25,12 +28,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from neurocrf.structs.engine import SEARCH_DTYPE
+from neurocrf.structs.engine import SEARCH_DTYPE, reference
 from neurocrf.structs.engine import columns as shared
-from neurocrf.structs.engine import pytorch as reference
+from neurocrf.structs.engine.certified import CertifiedLogPartition
 from neurocrf.structs.engine.compiled import kernel
 from neurocrf.structs.engine.compiled.scan import GoldScore, KernelForwardBackward
-from neurocrf.structs.engine.pytorch.first_order import FastLogPartition
 
 _DTYPES = (torch.float32, torch.float64)
 SHARED_COLUMNS = ("log_partition", "path_score", "viterbi")
@@ -66,22 +68,18 @@ def _trivial(emissions: Tensor) -> bool:
 def log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
                   columns: Tensor | None = None) -> Tensor:
     """``[B]`` log partition, differentiable (first derivatives from the kernel's backward pass;
-    higher ones through the torch backend's log-space scan); ``columns``: see the module docstring."""
-    def states(emissions: Tensor) -> Tensor:
-        return emissions if columns is None else shared.expand(emissions, columns)
+    higher ones through the reference's log-space scan); ``columns``: see the module docstring."""
+    def fallback(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor) -> Tensor:
+        states = emissions if columns is None else shared.expand(emissions, columns)
+        return reference.log_partition(start, transitions, end, states, lengths)
 
     if _trivial(emissions):
-        return reference.log_partition(start, transitions, end, states(emissions), lengths)
-    spread = reference._spread(start, transitions, end, emissions)  # the same with repeated columns
+        return fallback(start, transitions, end, emissions)
     with torch.no_grad():
         scan = KernelForwardBackward(start, transitions, end, emissions, lengths, columns)
     if not scan.ok:
-        return reference.general_log_partition(start, transitions, end, states(emissions), lengths, spread())
-
-    def fallback(start, transitions, end, emissions):
-        return reference.general_log_partition(start, transitions, end, states(emissions), lengths, spread())
-
-    return FastLogPartition.apply(start, transitions, end, emissions, scan, fallback)
+        return fallback(start, transitions, end, emissions)
+    return CertifiedLogPartition.apply(start, transitions, end, emissions, scan, fallback)
 
 
 def node_marginals(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor) -> Tensor:
@@ -92,7 +90,7 @@ def node_marginals(start: Tensor, transitions: Tensor, end: Tensor, emissions: T
             marg = scan.node_marginals() if scan.ok else None
         if marg is not None:
             return marg.to(emissions.dtype)
-    return reference.node_marginals(start, transitions, end, emissions, lengths, scan="sequential")
+    return reference.node_marginals(start, transitions, end, emissions, lengths)
 
 
 def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
@@ -108,7 +106,7 @@ def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, 
 
 def kbest(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor, k: int
           ) -> tuple[Tensor, Tensor]:
-    """The k best paths by the torch backend's k-max scan (see the module docstring)."""
+    """The k best paths by the reference's k-max scan (see the module docstring)."""
     return reference.kbest(start, transitions, end, emissions, lengths, k)
 
 

@@ -22,8 +22,8 @@ The kernel computes, row by row on CPU tensors: the rescaled forward-backward pa
 a nonzero factor of the next step is at least ``exp(-700)``, so no finite score is lost to
 underflow; a value too small for that is dropped, and the backward pass bounds the relative error
 of ``Z`` the dropped values could have caused; otherwise it reports failure and the caller takes
-the torch backend's general scan); Viterbi with the same sums and first-index ties as the torch
-backend; gold-path scores summed in float64. Each takes emissions ``[B, T, C]`` whose columns
+the reference's log-space scan); Viterbi in float64 with first-index ties, summing ``score +
+(move + emission)`` (the exported decoder's order); gold-path scores summed in float64. Each takes emissions ``[B, T, C]`` whose columns
 several states may share (``columns``, see :mod:`~neurocrf.structs.engine.columns`), and
 :func:`fold` turns the states' emission gradients into the columns' in the emissions' dtype.
 """

@@ -1,6 +1,6 @@
-"""The compiled kernel's scans behind torch's interfaces: the certified forward-backward pass (the
-interface of :class:`~neurocrf.structs.engine.pytorch.first_order.ForwardBackward`, so that
-:class:`~neurocrf.structs.engine.pytorch.first_order.FastLogPartition` drives it) and the gold-path
+"""The compiled kernel's scans behind torch's interfaces: the certified forward-backward pass (a
+certified scan in the sense of :mod:`~neurocrf.structs.engine.certified`, so that
+:class:`~neurocrf.structs.engine.certified.CertifiedLogPartition` drives it) and the gold-path
 score as one autograd node. Inputs are CPU tensors of a first-order chain with shared transitions:
 ``start [S]``, ``transitions [S, S]``, ``end [S]``, compacted ``emissions [B, T, C]``, ``lengths [B]``
 and optionally ``columns [S]``, the emission column of each state (see
@@ -15,9 +15,9 @@ import torch
 from torch import Tensor
 
 from neurocrf.structs.engine import columns as shared
+from neurocrf.structs.engine import reference
+from neurocrf.structs.engine.certified import DROPPED_ERROR
 from neurocrf.structs.engine.compiled import kernel
-from neurocrf.structs.engine.pytorch import first_order
-from neurocrf.structs.engine.pytorch.first_order import DROPPED_ERROR
 
 _TINY = math.exp(-700.0)  # a normal float64 number with a margin above the smallest one
 _FLOOR = math.exp(-600.0)  # normalisers of the marginals must exceed this (see kernel.c)
@@ -107,7 +107,7 @@ class GoldScore(torch.autograd.Function):
             leaves = [x.detach().requires_grad_(need) for x, need in zip(potentials, needed)]
             with torch.enable_grad():
                 emissions = leaves[3] if ctx.columns is None else shared.expand(leaves[3], ctx.columns)
-                score = first_order.path_score(*leaves[:3], emissions, states, lengths)
+                score = reference.path_score(*leaves[:3], emissions, states, lengths)
                 chosen = [x for x, need in zip(leaves, needed) if need]
                 grads = iter(torch.autograd.grad(score, chosen, grad, create_graph=True))
             return (*(next(grads) if need else None for need in needed), None, None, None)

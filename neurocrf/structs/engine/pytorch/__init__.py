@@ -1,4 +1,4 @@
-"""The torch backend: the reference engine, pure torch, for every device and every input.
+"""The torch backend: pure torch, for every device and every input; fast scans where they apply.
 
 It satisfies :class:`~neurocrf.structs.engine.Backend` and chooses a scan per quantity:
 
@@ -10,14 +10,14 @@ It satisfies :class:`~neurocrf.structs.engine.Backend` and chooses a scan per qu
   where they apply and are certified, else the general scan with a hand-written backward
   (:class:`~neurocrf.structs.engine.pytorch.log_partition.LogPartition`: the rescaled float64
   exp-space scan of :mod:`~neurocrf.structs.engine.pytorch.exp_scan` when certified exact, the
-  float64 log-space scan otherwise);
+  reference's float64 log-space scan otherwise);
 - marginals: the gradient of that log partition, by the same choice;
-- Viterbi and k best: :mod:`~neurocrf.structs.engine.pytorch.search` (fast first-order and pair
-  Viterbi where they apply), always in float64 (:data:`~neurocrf.structs.engine.SEARCH_DTYPE`).
+- Viterbi: one max scan for every state space (:mod:`~neurocrf.structs.engine.pytorch.search`);
+  k best: the reference's k-max scan; both in float64 (:data:`~neurocrf.structs.engine.SEARCH_DTYPE`).
 
 Time O(T |S| C) per row for every quantity; training memory O(B T |S|). When the hand-written
-backward pass is itself differentiated (``create_graph=True``) autograd runs through a log-space
-scan (:func:`~neurocrf.structs.engine.pytorch.log_partition.autograd_log_partition`), which gives
+backward pass is itself differentiated (``create_graph=True``) autograd runs through the
+reference's log-space scan (:func:`~neurocrf.structs.engine.reference.log_partition`), which gives
 derivatives of every order. Empty batches and rows of length 0 are valid everywhere; a row without
 any path of finite score has log partition ``-inf``, zero marginals and gradients, and states -1.
 """
@@ -29,15 +29,11 @@ import functools
 import torch
 from torch import Tensor
 
-from neurocrf.structs.engine import PARALLEL_THRESHOLD, SEARCH_DTYPE
-from neurocrf.structs.engine.augmented import active_positions, augment, is_per_position, original_gradients, state_map
-from neurocrf.structs.engine.pytorch import first_order, log_scan, pairs, search
+from neurocrf.structs.engine import PARALLEL_THRESHOLD, SEARCH_DTYPE, reference
+from neurocrf.structs.engine.augmented import augment, is_per_position, original_gradients
+from neurocrf.structs.engine.pytorch import first_order, pairs, search
 from neurocrf.structs.engine.pytorch.exp_scan import ExpScan
-from neurocrf.structs.engine.pytorch.log_partition import (
-    LogPartition,
-    autograd_log_partition,
-    parallel_log_partition,
-)
+from neurocrf.structs.engine.pytorch.log_partition import LogPartition, parallel_log_partition
 from neurocrf.structs.engine.semiring import NEG_INF
 
 
@@ -91,7 +87,7 @@ def log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Te
     if uses_parallel_scan(start, emissions, scan, parallel_threshold):
         return parallel_log_partition(start, transitions, end, emissions, lengths)
     if emissions.shape[0] == 0:
-        return autograd_log_partition(start, transitions, end, emissions, lengths)
+        return reference.log_partition(start, transitions, end, emissions, lengths)
     spread = _spread(start, transitions, end, emissions)
     if _fast_path(start, transitions, emissions):
         def fallback(*potentials):
@@ -136,81 +132,34 @@ def node_marginals(start: Tensor, transitions: Tensor, end: Tensor, emissions: T
         if exp_scan is not None and exp_scan.backward_ok():
             marg = exp_scan.node_marginals()
         else:
-            aug_start, moves, aug_emissions = (x.to(torch.float64) for x in (aug_start, moves, aug_emissions))
-            alphas = log_scan.forward_scores(aug_start, moves, aug_emissions, differentiable=False)
-            betas = log_scan.backward_scores(moves, aug_emissions, differentiable=False)
-            marg = log_scan.node_marginals(alphas, betas, log_scan.log_partition(alphas))
+            return reference.node_marginals(start, transitions, end, emissions, lengths)
     marg = marg[:seq_len].to(emissions.dtype)  # [T, B, *S']
     inner = (slice(None), slice(None)) + (slice(0, size),) * order
     return marg[inner].reshape(seq_len, batch, -1).transpose(0, 1)
 
 
-def _searched(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor) -> tuple[Tensor, ...]:
-    """The potentials in :data:`SEARCH_DTYPE`, without gradient."""
-    return tuple(x.detach().to(SEARCH_DTYPE) for x in (start, transitions, end, emissions))
-
-
 def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
             ) -> tuple[Tensor, Tensor]:
     """Best path: flat states ``[B, T]`` (-1 past each length and without a path), float64 scores ``[B]``."""
-    start, transitions, end, emissions = _searched(start, transitions, end, emissions)
-    batch, seq_len = emissions.shape[:2]
-    order, size = _order_size(start, transitions)
-    if order == 1 and _fast_path(start, transitions, emissions):
-        return first_order.viterbi(start, transitions, end, emissions, lengths)
-    if batch == 0:
-        return lengths.new_zeros(0, seq_len), emissions.new_zeros(0)
-    aug_start, moves, aug_emissions = augment(start, transitions, end, emissions, lengths)
-    to_original = state_map(size, order, lengths.device)
-    if order == 2 and _fast_path(start, transitions, emissions) and pairs.viterbi_pays_off(batch, size + 1):
-        states, best = pairs.viterbi(aug_start, moves, aug_emissions)
-    else:
-        states, best = search.viterbi(aug_start, moves, aug_emissions)
-    return to_original[states].masked_fill(torch.isneginf(best).unsqueeze(1), -1), best  # -1: no valid path
+    if emissions.shape[0] == 0:
+        return reference.viterbi(start, transitions, end, emissions, lengths)
+    with torch.no_grad():
+        states, best = search.viterbi(*reference.augmented(start, transitions, end, emissions, lengths, SEARCH_DTYPE))
+    states = reference.original_states(states, transitions.shape[-1], start.dim())
+    return states.masked_fill(torch.isneginf(best).unsqueeze(1), -1), best  # -1: no valid path
 
 
-def kbest(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor, k: int
-          ) -> tuple[Tensor, Tensor]:
-    """The k best paths: flat states ``[B, k, T]`` and float64 scores ``[B, k]``, best first (the first
-    is :func:`viterbi`'s); missing paths have score ``-inf`` and states -1."""
-    start, transitions, end, emissions = _searched(start, transitions, end, emissions)
-    batch, seq_len = emissions.shape[:2]
-    if batch == 0:
-        return lengths.new_zeros(0, k, seq_len), emissions.new_zeros(0, k)
-    order, size = _order_size(start, transitions)
-    states, scores = search.kbest(*augment(start, transitions, end, emissions, lengths), k)
-    to_original = state_map(size, order, lengths.device)
-    return to_original[states].masked_fill(~torch.isfinite(scores).unsqueeze(-1), -1), scores
+kbest = reference.kbest
 
 
 def path_score(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, states: Tensor,
                lengths: Tensor) -> Tensor:
     """``[B]`` unnormalised score of the flat state paths ``states [B, T]`` (entries past a row's
-    length are ignored but must be valid indices)."""
-    batch, seq_len = states.shape
-    if seq_len == 0:
-        return emissions.new_zeros(batch)
-    if start.dim() == 1 and transitions.dim() == 2 and emissions.dim() == 3:
+    length are ignored but must be valid indices): one autograd node for first-order chains with
+    shared transitions, the reference's sum otherwise."""
+    if states.shape[1] and start.dim() == 1 and transitions.dim() == 2 and emissions.dim() == 3:
         return first_order.path_score(start, transitions, end, emissions, states, lengths)
-    num_components = transitions.shape[-1]
-    active = active_positions(lengths, seq_len)
-    zero = emissions.new_zeros(())
-    emitted = emissions.reshape(batch, seq_len, -1).gather(2, states.unsqueeze(-1)).squeeze(-1)
-    total = torch.where(active, emitted, zero).sum(1)
-    has_any = lengths > 0
-    total = total + torch.where(has_any, start.reshape(-1)[states[:, 0]], zero)
-    if seq_len > 1:
-        into = states[:, 1:] % num_components
-        if is_per_position(transitions, emissions):
-            flat = transitions.reshape(batch, seq_len, -1, num_components)
-            rows = torch.arange(batch, device=states.device).unsqueeze(1)
-            positions = torch.arange(1, seq_len, device=states.device).unsqueeze(0)
-            moved = flat[rows, positions, states[:, :-1], into]
-        else:
-            moved = transitions.reshape(-1, num_components)[states[:, :-1], into]
-        total = total + torch.where(active[:, 1:], moved, zero).sum(1)
-    last = states.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
-    return total + torch.where(has_any, end.reshape(-1)[last], zero)
+    return reference.path_score(start, transitions, end, emissions, states, lengths)
 
 
 def window_log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
@@ -230,10 +179,9 @@ def window_log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissi
     order, size = _order_size(start, transitions)
     per_position = is_per_position(transitions, emissions)
     with torch.no_grad():
-        aug_start, moves, aug_emissions = (x.to(torch.float64) for x in augment(start, transitions, end, emissions,
-                                                                                  lengths))
-        alphas = log_scan.forward_scores(aug_start, moves, aug_emissions, differentiable=False)
-        betas = log_scan.backward_scores(moves, aug_emissions, differentiable=False)
+        aug_start, moves, aug_emissions = reference.augmented(start, transitions, end, emissions, lengths)
+        alphas = reference.forward_scores(aug_start, moves, aug_emissions, differentiable=False)
+        betas = reference.backward_scores(moves, aug_emissions, differentiable=False)
         inner = (slice(None), slice(None)) + (slice(0, size),) * order
         keep = allowed.new_ones((num, width) + (size + 1,) * order)
         keep[inner] = allowed

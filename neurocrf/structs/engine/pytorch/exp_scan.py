@@ -3,8 +3,8 @@
 :class:`ExpScan` is the engine's fast general scan for the log partition and marginals of any
 chain (first order, pair states, per-position transitions): matrix products instead of a
 ``logsumexp`` over ``[B, |S|, C]`` per position. It is taken only when it provably equals the
-log-space scan (:mod:`~neurocrf.structs.engine.pytorch.log_scan`); :meth:`ExpScan.attempt` returns None otherwise
-and the caller falls back. Inputs are the augmented, time-major potentials of
+log-space scan of the reference (:mod:`~neurocrf.structs.engine.reference`); :meth:`ExpScan.attempt`
+returns None otherwise and the caller falls back. Inputs are the augmented, time-major potentials of
 :func:`~neurocrf.structs.engine.augmented.augment`.
 """
 
@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from neurocrf.structs.engine.augmented import is_per_position
-from neurocrf.structs.engine.pytorch.log_scan import safe_log_z
+from neurocrf.structs.engine.reference import safe_log_z
 
 _BLOCK_BUDGET = 300.0  # nats that all positions of one block together may move a state
 # Devices where blocks of positions pay off: on CPU their O(K S^3) products cost more than the

@@ -16,11 +16,10 @@ tensors when it can certify the result, and spends as few operations per positio
   pass bounds the relative error of ``Z`` it could have caused (:data:`DROPPED_ERROR`);
 * node marginals are normalised per position by ``sum_s alpha_t(s) beta_t(s)``, edge marginals by
   the same sums, so no log-scale bookkeeping is needed for the gradient;
-* the gold-path score is one autograd node (:func:`path_score`);
-* Viterbi runs two operations per position (add, max with indices) and follows the back-pointers
-  by pointer doubling (``log2 T`` gathers instead of ``T``).
+* the gold-path score is one autograd node (:func:`path_score`).
 
-The compiled backend (:mod:`~neurocrf.structs.engine.compiled`) runs the same scans in C.
+The compiled backend (:mod:`~neurocrf.structs.engine.compiled`) runs the same scans in C; log Z
+of both is :class:`~neurocrf.structs.engine.certified.CertifiedLogPartition`.
 
 >>> import torch
 >>> from neurocrf.structs import LinearChainCRF
@@ -38,18 +37,15 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from neurocrf.structs.engine.certified import DROPPED_ERROR, CertifiedLogPartition
+
 # Largest step spread (nats) this path accepts; see _certified for why 200 keeps a margin.
 _SPREAD_LIMIT = 200.0
 _SCALE_BUDGET = 200.0  # nats one unrescaled stretch of positions may move the values
 _MAX_LOG = 300.0  # stored row maxima must lie in [exp(-300), exp(300)]
 _RELATIVE_LOG = 400.0  # nonzero stored values must be >= row max * exp(-(400 - spread))
 _TINY = math.exp(-700.0)  # a normal float64 number with a margin above the smallest one
-_STEP_CHUNK_ELEMENTS = 1 << 16  # Viterbi step scores built at once (512 KiB of float64: cache-sized)
-_SCORES_ONLY_ELEMENTS = 1 << 15  # from this B (L + 1)^2, Viterbi recomputes pointers along the path
 _DROP_MARGIN = 100.0  # a value dropped is at most exp(-100) of its row's largest
-DROPPED_ERROR = 2.0 ** -60
-"""Largest relative error of ``Z`` that values dropped from a forward scan may cause (a bound the
-backward pass computes); below float64's rounding of the result."""
 
 
 def applies(order: int, per_position: bool, batch: int, seq_len: int, device: torch.device) -> bool:
@@ -225,41 +221,6 @@ def forward_backward(start: Tensor, transitions: Tensor, end: Tensor, emissions:
     return scan if scan.ok else None
 
 
-class FastLogPartition(torch.autograd.Function):
-    """log Z from a certified scan (:class:`ForwardBackward`, :class:`KernelForwardBackward` or
-    :class:`~neurocrf.structs.engine.pytorch.pairs.PairForwardBackward`), with its forward-backward gradient.
-
-    Double backward (``create_graph=True``) recomputes the gradient through ``fallback``, the
-    general chain's differentiable log partition, so second derivatives are whatever that path
-    guarantees.
-    """
-
-    @staticmethod
-    def forward(ctx, start, transitions, end, emissions, scan, fallback):  # type: ignore[override]
-        ctx.scan, ctx.fallback = scan, fallback
-        ctx.save_for_backward(start, transitions, end, emissions)
-        return scan.log_z.to(emissions.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_log_z):  # type: ignore[override]
-        inputs = ctx.saved_tensors
-        needed = ctx.needs_input_grad[:4]
-        grads = None
-        if not torch.is_grad_enabled():
-            with torch.no_grad():
-                grads = ctx.scan.gradients(grad_log_z, needed[1] or needed[2])
-        if grads is None:
-            with torch.enable_grad():
-                chosen = [x for x, need in zip(inputs, needed) if need]
-                log_z = ctx.fallback(*inputs)
-                grads = iter(torch.autograd.grad(log_z, chosen, grad_log_z, create_graph=torch.is_grad_enabled(),
-                                                 allow_unused=True))
-            out = [next(grads) if need else None for need in needed]
-        else:
-            out = [None if g is None or not need else g.to(x.dtype) for g, need, x in zip(grads, needed, inputs)]
-        return (*out, None, None)
-
-
 def log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor,
                   step_spread: Callable[[], float], fallback: Callable[..., Tensor]) -> Tensor | None:
     """``[B]`` log partition by the fast path, or None when it cannot be certified.
@@ -270,89 +231,7 @@ def log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Te
     scan = forward_backward(start, transitions, end, emissions, lengths, step_spread)
     if scan is None:
         return None
-    return FastLogPartition.apply(start, transitions, end, emissions, scan, fallback)
-
-
-def viterbi(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
-            ) -> tuple[Tensor, Tensor]:
-    """Best path of a first-order chain: states ``[B, T]`` (-1 past each length), scores ``[B]``.
-
-    Max-plus scan with the absorbing END state, two operations per position (the sums are those of
-    the compiled kernel and the exported decoder, ``score + (transition + emission)``, so are the
-    ties); the back-pointers are followed by pointer doubling, ``log2 T`` batched gathers instead
-    of ``T`` small ones, or, for large steps, recomputed along the best path only. Memory
-    O(B T L) whatever the length: the step scores of a chunk of positions at a time.
-    """
-    batch, steps, size = emissions.shape
-    width = size + 1
-    em = emissions.transpose(0, 1)  # [T, B, S]
-    active = torch.arange(steps, device=em.device).unsqueeze(1) < lengths  # [T, B]
-    neg = em.new_full((), -math.inf)
-    scores_in = em.new_full((steps + 1, batch, width), -math.inf)  # emissions over S' per position
-    scores_in[:steps, :, :size] = torch.where(active.unsqueeze(-1), em, neg)
-    scores_in[:steps, :, size] = torch.where(active, neg, em.new_zeros(()))
-    scores_in[steps, :, size] = 0.0
-    into = em.new_full((width, width), -math.inf)  # into[j, i]: score of the move i -> j
-    into[:size, :size] = transitions.t()
-    into[size, :size] = end
-    into[size, size] = 0.0
-    first = em.new_zeros(width)
-    first[:size] = start
-    # step[t][b, j, i] = into[j, i] + emission of j at position t + 1 (the reduced dim is last),
-    # built for a chunk of positions at a time: all at once would take T B (L + 1)^2 floats
-    chunk = max(1, _STEP_CHUNK_ELEMENTS // max(batch * width * width, 1))
-    if batch * width * width >= _SCORES_ONLY_ELEMENTS:
-        states, best = _viterbi_by_scores(first, into, scores_in, chunk)
-    else:
-        states, best = _viterbi_by_pointers(first, into, scores_in, chunk)
-    found = (states < size) & (best > -math.inf).unsqueeze(1)  # rows without any path: all -1
-    return torch.where(found, states, -1), best
-
-
-def _viterbi_by_pointers(first: Tensor, into: Tensor, scores_in: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
-    """Max with back-pointers at every position, followed by pointer doubling: states ``[B, T]`` of
-    the augmented chain (``into`` ``[S', S']``, ``scores_in`` ``[T + 1, B, S']``) and scores ``[B]``."""
-    steps, batch, width = scores_in.shape[0] - 1, scores_in.shape[1], scores_in.shape[2]
-    pointers = torch.empty(steps, batch, width, dtype=torch.long, device=into.device)
-    pointer_rows = pointers.unbind(0)
-    scores = into.new_empty(2, batch, width)  # two alternating buffers
-    torch.add(first, scores_in[0], out=scores[0])
-    rows, wide = scores.unbind(0), scores.unsqueeze(2).unbind(0)
-    buffer = into.new_empty(batch, width, width)
-    for lo in range(0, steps, chunk):
-        step = (into + scores_in[lo + 1:lo + 1 + chunk].unsqueeze(-1)).unbind(0)
-        for t in range(lo, min(steps, lo + chunk)):
-            torch.add(wide[t % 2], step[t - lo], out=buffer)
-            torch.max(buffer, -1, out=(rows[1 - t % 2], pointer_rows[t]))
-    # maps[t] sends a state at position t + 1 to its best predecessor at t; after doubling, the
-    # state at position T (END in every row) to the state at t on the best path
-    maps, span = pointers, 1
-    while span < steps:
-        maps = torch.cat([torch.gather(maps[:-span], 2, maps[span:]), maps[-span:]])
-        span *= 2
-    return maps[:, :, width - 1].t(), rows[steps % 2][:, width - 1]
-
-
-def _viterbi_by_scores(first: Tensor, into: Tensor, scores_in: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
-    """:func:`_viterbi_by_pointers` for large steps: the scan keeps only ``amax`` over the sources
-    (half the time of a max with indices on ``[B, S', S']``) and the back-pointers are recomputed
-    along the best path only, from the stored scores with the same sums (so the same ties)."""
-    steps, batch, width = scores_in.shape[0] - 1, scores_in.shape[1], scores_in.shape[2]
-    scores = into.new_empty(steps + 1, batch, width)
-    torch.add(first, scores_in[0], out=scores[0])
-    buffer = into.new_empty(batch, width, width)
-    for lo in range(0, steps, chunk):
-        step = (into + scores_in[lo + 1:lo + 1 + chunk].unsqueeze(-1)).unbind(0)
-        for t in range(lo, min(steps, lo + chunk)):
-            torch.add(scores[t].unsqueeze(1), step[t - lo], out=buffer)
-            torch.amax(buffer, -1, out=scores[t + 1])
-    state = torch.full((batch, 1), width - 1, dtype=torch.long, device=into.device)  # END at T
-    states = torch.empty(steps, batch, dtype=torch.long, device=into.device)
-    for t in range(steps - 1, -1, -1):
-        row_step = into.index_select(0, state.squeeze(1)) + scores_in[t + 1].gather(1, state)
-        state = (scores[t] + row_step).argmax(-1, keepdim=True)
-        states[t] = state.squeeze(1)
-    return states.t(), scores[steps][:, width - 1]
+    return CertifiedLogPartition.apply(start, transitions, end, emissions, scan, fallback)
 
 
 def step_spread(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, num_states: int) -> float:

@@ -1,11 +1,11 @@
-"""The log partition function of a chain and its gradient, three ways.
+"""The torch backend's log partition function of a chain and its gradient, two ways.
 
 - :class:`LogPartition`: the training path. A ``torch.autograd.Function`` whose backward pass is a
   hand-written forward-backward (d log Z / d potentials = marginals): the rescaled exp-space scan
   (:class:`~neurocrf.structs.engine.pytorch.exp_scan.ExpScan`) when it is certified exact, else the float64
-  log-space scan. Memory O(B T |S|): no graph of ``[B, T, |S|, C]`` intermediates is kept.
-- :func:`autograd_log_partition`: a log-space scan of differentiable operations only, for
-  derivatives of any order (``create_graph=True``) and empty batches.
+  log-space scan of :mod:`~neurocrf.structs.engine.reference`. Memory O(B T |S|): no graph of
+  ``[B, T, |S|, C]`` intermediates is kept. Derivatives of any order (``create_graph=True``) and
+  empty batches take the reference's differentiable scan instead.
 - :func:`parallel_log_partition`: a log-depth tree of log-semiring matrix products (first-order
   state spaces), for long sequences on a GPU.
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from neurocrf.structs.engine import reference
 from neurocrf.structs.engine.augmented import augment, is_per_position, original_gradients
-from neurocrf.structs.engine.pytorch import log_scan
 from neurocrf.structs.engine.pytorch.exp_scan import ExpScan
 from neurocrf.structs.engine.semiring import NEG_INF, LogSemiring
 
@@ -36,7 +36,7 @@ def _edge_marginal_sum(transitions: Tensor, emissions: Tensor, alphas: Tensor, b
     steps, batch = emissions.shape[:2]
     nd = emissions.dim() - 2
     per_position = is_per_position(transitions, emissions)
-    safe, finite = log_scan.safe_log_z(log_z), torch.isfinite(log_z)
+    safe, finite = reference.safe_log_z(log_z), torch.isfinite(log_z)
     weights = torch.where(finite, weights, torch.zeros_like(weights))
     following_all = emissions + betas
     total = torch.zeros_like(transitions)
@@ -55,20 +55,6 @@ def _edge_marginal_sum(transitions: Tensor, emissions: Tensor, alphas: Tensor, b
     return total
 
 
-def autograd_log_partition(start: Tensor, transitions: Tensor, end: Tensor, emissions: Tensor, lengths: Tensor
-                           ) -> Tensor:
-    """``[batch]`` log Z by a float64 log-space scan built from differentiable ops only.
-
-    Autograd differentiates it to any order (rows without a valid path give ``-inf`` and zero
-    gradients, never NaN), at the price of a graph of ``[B, T, |S|, C]`` intermediates: the
-    layers use it for higher derivatives (``create_graph=True``) and empty batches, not for training.
-    """
-    dtype = emissions.dtype
-    start, moves, emissions = (x.to(torch.float64) for x in augment(start, transitions, end, emissions, lengths))
-    log_z = log_scan.log_partition(log_scan.forward_scores(start, moves, emissions))
-    return torch.where(lengths > 0, log_z, torch.zeros_like(log_z)).to(dtype)
-
-
 class LogPartition(torch.autograd.Function):
     """log Z with a hand-written forward-backward gradient: d log Z / d potentials = marginals.
 
@@ -78,8 +64,8 @@ class LogPartition(torch.autograd.Function):
 
     The hand-written gradient is a constant of the graph. When the backward pass itself is
     differentiated (``create_graph=True``: gradients of marginals, Hessian-vector products), the
-    gradient is instead taken by autograd through :func:`autograd_log_partition`, whose graph
-    supports any order of differentiation.
+    gradient is instead taken by autograd through :func:`~neurocrf.structs.engine.reference.log_partition`, whose
+    graph supports any order of differentiation.
     """
 
     @staticmethod
@@ -95,8 +81,8 @@ class LogPartition(torch.autograd.Function):
             ctx.save_for_backward(*originals, start, transitions, emissions)
             return scan.log_z.to(ctx.input_dtype)
         start, transitions, emissions = (x.to(torch.float64) for x in (start, transitions, emissions))
-        alphas = log_scan.forward_scores(start, transitions, emissions, differentiable=False)
-        log_z = log_scan.log_partition(alphas)
+        alphas = reference.forward_scores(start, transitions, emissions, differentiable=False)
+        log_z = reference.log_z_from(alphas)
         ctx.save_for_backward(*originals, transitions, emissions, alphas, log_z)
         return log_z.to(ctx.input_dtype)
 
@@ -114,15 +100,15 @@ class LogPartition(torch.autograd.Function):
                 grads = scan.gradients(grad_log_z.to(torch.float64), need_moves)
             else:
                 start, transitions, emissions = (x.to(torch.float64) for x in (start, transitions, emissions))
-                alphas = log_scan.forward_scores(start, transitions, emissions, differentiable=False)
-                log_z = log_scan.log_partition(alphas)
+                alphas = reference.forward_scores(start, transitions, emissions, differentiable=False)
+                log_z = reference.log_z_from(alphas)
         else:
             transitions, emissions, alphas, log_z = saved
         if grads is None:
             nd = emissions.dim() - 2
             grad_log_z = grad_log_z.to(torch.float64)
-            betas = log_scan.backward_scores(transitions, emissions, differentiable=False)
-            weighted = log_scan.node_marginals(alphas, betas, log_z) * grad_log_z.view(1, -1, *([1] * nd))
+            betas = reference.backward_scores(transitions, emissions, differentiable=False)
+            weighted = reference.state_posteriors(alphas, betas, log_z) * grad_log_z.view(1, -1, *([1] * nd))
             grad_moves = None
             if need_moves:
                 grad_moves = _edge_marginal_sum(transitions, emissions, alphas, betas, log_z, grad_log_z)
@@ -136,7 +122,7 @@ def _differentiable_gradients(originals: tuple[Tensor, ...], needed: tuple[bool,
     """Gradients of ``sum_b grad_log_z[b] * log Z[b]`` for start, transitions, end and emissions
     (None where not ``needed``) as a graph that autograd differentiates again."""
     wanted = [x for x, need in zip(originals, needed) if need]
-    grads = iter(torch.autograd.grad(autograd_log_partition(*originals, lengths), wanted, grad_log_z,
+    grads = iter(torch.autograd.grad(reference.log_partition(*originals, lengths), wanted, grad_log_z,
                                      create_graph=True, allow_unused=True) if wanted else ())
     out = []
     for x, need in zip(originals, needed):

@@ -24,11 +24,11 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from neurocrf.structs.engine.certified import CertifiedLogPartition
 from neurocrf.structs.engine.pytorch.first_order import (
     _MAX_LOG,
     _RELATIVE_LOG,
     _SPREAD_LIMIT,
-    FastLogPartition,
     divided,
     rescale_interval,
 )
@@ -148,41 +148,4 @@ def log_partition(originals: tuple[Tensor, Tensor, Tensor, Tensor], augmented: t
         scan = PairForwardBackward(*augmented, spread, convert)
     if not scan.ok:
         return None
-    return FastLogPartition.apply(*originals, scan, fallback)
-
-
-def viterbi_pays_off(batch: int, size: int) -> bool:
-    """Whether :func:`viterbi` beats the general engine: its back-pointers cost a few small
-    operations per position, which pays off once each step's ``[B, S', S', S']`` sums are large
-    enough (measured: 3x faster at 128 x 40 x 9, 7% slower at 8 x 256 x 9)."""
-    return batch * size ** 3 >= 1 << 15
-
-
-def viterbi(start: Tensor, moves: Tensor, emissions: Tensor) -> tuple[Tensor, Tensor]:
-    """Best path of an augmented pair chain: flat augmented states ``[B, T]`` of positions
-    ``0 .. T - 1`` (the caller maps them to original states) and best scores ``[B]``.
-
-    The scan keeps only ``amax`` over the source (three times cheaper than ``max`` with indices on
-    ``[B, S', S', S']``); back-pointers are recomputed along the best path only, from the stored
-    scores with the same sums, so ties resolve as in :meth:`Chain.viterbi` (first index).
-    """
-    steps, batch, size = emissions.shape[0] - 1, emissions.shape[1], emissions.shape[-1]
-    scores = emissions.new_empty(steps + 1, batch, size, size)  # best score of state (a, r) at t
-    torch.add(start, emissions[0], out=scores[0])
-    for t in range(1, steps + 1):
-        torch.amax(scores[t - 1].unsqueeze(-1) + moves, dim=1, out=scores[t])
-        scores[t] += emissions[t]
-    best, flat = scores[steps].reshape(batch, -1).max(dim=1)
-    into = moves.permute(1, 2, 0).reshape(size * size, size)  # into[r * S' + c, a] = W[a, r, c]
-    sources = torch.arange(size, device=emissions.device) * size  # flat (a, 0)
-    flat_scores = scores.reshape(steps + 1, batch, size * size)
-    r = torch.div(flat, size, rounding_mode="floor")
-    path = []
-    for t in range(steps, 0, -1):  # the state (a, r) at t - 1 of the state flat = (r, c) at t
-        candidates = flat_scores[t - 1].gather(1, sources + r.unsqueeze(1)) + into.index_select(0, flat)
-        a = candidates.argmax(-1)
-        flat = torch.add(r, a, alpha=size)
-        r = a
-        path.append(flat)
-    states = torch.stack(path[::-1], dim=1)
-    return states, best
+    return CertifiedLogPartition.apply(*originals, scan, fallback)
