@@ -133,21 +133,27 @@ def _lstm_direction(lstm: nn.LSTM, layer: int, suffix: str, inputs: Tensor) -> T
     return torch.lstm(inputs, (state, state), weights, lstm.bias, 1, 0.0, lstm.training, False, True)[0]
 
 
+def _char_dropout(p: float) -> nn.Module:
+    # no module that draws random numbers when off: runs without it keep their random stream
+    return Dropout(p) if p > 0 else nn.Identity()
+
+
 class CharCNN(nn.Module):
     """Embed characters, convolve, max-pool over the word: ``[N, C]`` ids -> ``[N, filters]``."""
 
-    def __init__(self, num_chars: int, char_dim: int, filters: int, kernel_size: int = 3) -> None:
+    def __init__(self, num_chars: int, char_dim: int, filters: int, kernel_size: int = 3, dropout: float = 0.0) -> None:
         super().__init__()
         if kernel_size % 2 != 1:
             raise ValueError(f"char_kernel must be odd, got {kernel_size}")
         self.embedding = nn.Embedding(num_chars, char_dim, padding_idx=0)
+        self.dropout = _char_dropout(dropout)  # on the character embeddings (Ma & Hovy: 0.5)
         self.conv = nn.Conv1d(char_dim, filters, kernel_size, padding=kernel_size // 2)
         self.output_dim = filters
 
     def forward(self, ids: Tensor) -> Tensor:
         """``ids`` ``[N, C]`` (each row has at least one non-zero id) -> ``[N, filters]``."""
         mask = ids.ne(0)
-        hidden = self.conv(self.embedding(ids).transpose(1, 2))  # [N, filters, C]
+        hidden = self.conv(self.dropout(self.embedding(ids)).transpose(1, 2))  # [N, filters, C]
         hidden = hidden.masked_fill(~mask.unsqueeze(1), float("-inf"))
         return hidden.max(dim=2).values
 
@@ -155,25 +161,28 @@ class CharCNN(nn.Module):
 class CharLSTM(nn.Module):
     """A char BiLSTM; the word vector is the last forward and first backward state: ``[N, 2 * hidden]``."""
 
-    def __init__(self, num_chars: int, char_dim: int, hidden: int) -> None:
+    def __init__(self, num_chars: int, char_dim: int, hidden: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.embedding = nn.Embedding(num_chars, char_dim, padding_idx=0)
+        self.dropout = _char_dropout(dropout)  # on the character embeddings
         self.lstm = nn.LSTM(char_dim, hidden, batch_first=True, bidirectional=True)
         self.output_dim = 2 * hidden
 
     def forward(self, ids: Tensor) -> Tensor:
         """``ids`` ``[N, C]`` (each row has at least one non-zero id) -> ``[N, 2 * hidden]``."""
         lengths = ids.ne(0).sum(dim=1)
-        out = run_lstm(self.lstm, self.embedding(ids), lengths)  # [N, C, 2 * hidden]
+        out = run_lstm(self.lstm, self.dropout(self.embedding(ids)), lengths)  # [N, C, 2 * hidden]
         hidden = self.lstm.hidden_size
         rows = torch.arange(ids.shape[0], device=ids.device)
         # forward: the state after the last character; backward: after reading back to the first
         return torch.cat([out[rows, lengths - 1, :hidden], out[:, 0, hidden:]], dim=-1)
 
 
-def build_char_encoder(kind: str, num_chars: int, char_dim: int, hidden: int, kernel_size: int) -> nn.Module:
+def build_char_encoder(
+    kind: str, num_chars: int, char_dim: int, hidden: int, kernel_size: int, dropout: float = 0.0
+) -> nn.Module:
     if kind == "cnn":
-        return CharCNN(num_chars, char_dim, hidden, kernel_size)
+        return CharCNN(num_chars, char_dim, hidden, kernel_size, dropout)
     if kind == "lstm":
-        return CharLSTM(num_chars, char_dim, hidden)
+        return CharLSTM(num_chars, char_dim, hidden, dropout)
     raise ValueError(f"unknown char encoder {kind!r}; expected one of {CHAR_KINDS} or null")

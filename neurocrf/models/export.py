@@ -56,6 +56,11 @@ class ExportableTagger(nn.Module):
                 "(the transformer encoder tokenises in Python and splits long sentences into windows, the "
                 "feature encoder extracts string features in Python)"
             )
+        if encoder.casing_embedding is not None or encoder.preparer.zero_digits:
+            raise ValueError(
+                "taggers whose word lookup reads casing classes (encoder.casing_dim) or maps digits to 0 "
+                "(encoder.zero_digits) cannot be exported: the exported inputs carry neither"
+            )
         if not isinstance(tagger.head, ChainCRF):
             raise ValueError(f"only taggers with a CRF head can be exported, got {type(tagger.head).__name__}")
         # copies: putting them in eval mode (no dropout) leaves the tagger as it was
