@@ -1,10 +1,11 @@
-"""The package's floors (the layout the README draws): ``conventions``, ``values`` and
-``interrupts`` (stop signals) below every floor; ``structs``, ``data``, ``encoders`` and
-``parsing`` on the ground; ``models``, then ``supertagging`` above it; ``inference`` and ``study`` above those; ``cli`` on top. A module
-imports only from its own room or from a room on a lower floor; a ground room reaches another
-only through that room's package (``neurocrf.structs``, not ``neurocrf.structs.linear_chain``),
-and ``structs`` and ``parsing`` import no other room at all (the supertag pipeline hands the
-parser plain values). Imports inside functions count too: a lazy import is still an arrow.
+"""The package's floors (the layout the README draws): ``conventions``, ``values`` and ``interrupts``
+(stop signals) below every floor; ``structs``, ``data``, ``encoders`` and ``parsing`` on the ground;
+``models``, then ``supertagging`` above it; ``inference`` and ``study`` above those; ``cli`` on top.
+A module imports only from its own room or from a room on a lower floor; a ground room reaches
+another only through that room's package (``neurocrf.structs``, not
+``neurocrf.structs.linear_chain``), and ``structs`` and ``parsing`` import no other room at all (the
+supertag pipeline hands the parser plain values). Imports inside functions count too: a lazy import
+is still an arrow.
 """
 
 from __future__ import annotations
