@@ -12,8 +12,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-50}"
 log="${SOAK_LOG:-/dev/null}"
-tests=(tests/models/test_ddp.py tests/cli/test_train.py tests/inference/test_sharded.py tests/inference/test_nodes.py)
-selection="ddp or process_group or two_processes or nodes"
+tests=(tests/models/test_ddp.py tests/cli/test_train.py tests/inference/test_sharded.py tests/inference/test_nodes.py
+       tests/cli/test_signals.py)
+selection="ddp or process_group or two_processes or nodes or stopped_resumable"
 passed=0
 failed=0
 for ((i = 1; i <= runs; i++)); do
