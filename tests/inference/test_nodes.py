@@ -236,7 +236,7 @@ def test_a_rank_that_fails_stops_the_other(tmp_path: Path, ckpt: Path, source: P
     port = free_port()
     ranks = launch(tmp_path, [slurm(0, port), slurm(1, port)], [arguments(ckpt, bad, output, "format=conll")] * 2)
     (code0, err0, log0), (code1, err1, _) = ranks
-    assert code1 == 1 and f"{bad}:{WINDOW + 2}: value 'New\\tYork' is empty or contains the delimiter" in err1, err1
+    assert code1 == 2 and f"{bad}:{WINDOW + 2}: value 'New\\tYork' is empty or contains the delimiter" in err1, err1
     host = socket.gethostname()
     assert code0 == 1 and f"rank 1 on {host} (ConllFormatError: {bad}:{WINDOW + 2}: value" in err0, err0
     assert "stopped the run; the complete shards are kept in" in err0
