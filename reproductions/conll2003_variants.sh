@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Screening runs of BiLSTM-CRF variants on CoNLL-2003 English, scored on dev F1 only (test=false):
 # a queue of "variant seed overrides..." lines, run JOBS at a time, each at nice 19 with one torch
-# thread, in $RUNS/<variant>_seed<seed>/ (Hydra run directory, train.log, checkpoints/last.ckpt).
+# thread, in $RUNS/<variant>_seed<seed>/ (Hydra run directory: Hydra's own log train.log, the console
+# output in console.log, checkpoints/last.ckpt).
 # Rerunning the same command resumes: finished runs (summary.json) are skipped, cut-off runs continue
 # from their checkpoints/last.ckpt (train.py's resume=true), and a run that another copy of this
 # script is training (its .lock is held) is left alone.
@@ -62,7 +63,7 @@ if [[ ${1:-} == --status ]]; then  # a Markdown table of the runs, read from the
 import re, sys
 from pathlib import Path
 
-EPOCH = re.compile(r"epoch (\d+): ([\d.]+) s, val/f1 ([\d.]+)")
+EPOCH = re.compile(r"epoch (\d+): ([\d.]+) s\b[^\n]*, val/f1 ([\d.]+)")  # epochs counted from 1
 HIDDEN = {"experiment", "seed", "hydra.run.dir", "resume", "test", "trainer.max_epochs",
           "callbacks.progress_bar.refresh_rate"}
 print("| run | overrides | epochs done | best dev F1 (epoch) | last dev F1 | s/epoch (last) | last.ckpt | finished |")
@@ -75,7 +76,7 @@ for run in sorted(p for p in Path(sys.argv[1]).iterdir() if (p / "train.log").is
     if epochs:
         best = max(epochs, key=lambda e: (epochs[e][1], -e))
         last = max(epochs)
-        scores = f"{100 * epochs[best][1]:.2f} ({best + 1}) | {100 * epochs[last][1]:.2f} | {epochs[last][0]:.0f}"
+        scores = f"{100 * epochs[best][1]:.2f} ({best}) | {100 * epochs[last][1]:.2f} | {epochs[last][0]:.0f}"
     else:
         scores = "- | - | -"
     checkpoint = "yes" if (run / "checkpoints" / "last.ckpt").is_file() else "no"
@@ -103,7 +104,7 @@ run_one() {
   echo "$(date +%T) $variant seed $seed: start ($dir)"
   nice -n 19 env OMP_NUM_THREADS=1 "$PYTHON" -m neurocrf.cli.train experiment=conll2003_bilstm_crf \
     seed="$seed" hydra.run.dir="$dir" resume=true test=false trainer.max_epochs="$MAX_EPOCHS" \
-    callbacks.progress_bar.refresh_rate=0 "$@" >>"$dir/train.log" 2>&1
+    callbacks.progress_bar.refresh_rate=0 "$@" >>"$dir/console.log" 2>&1
   echo "$(date +%T) $variant seed $seed: exit $?"
 }
 

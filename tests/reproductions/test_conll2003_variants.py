@@ -19,6 +19,7 @@ SCRIPT = ROOT / "reproductions" / "conll2003_variants.sh"
 FAKE_PYTHON = f"""#!/usr/bin/env bash
 if [[ $1 == -m ]]; then
   echo "start $*" >> "$CALLS"
+  echo "console output"  # Hydra's own log of a train run is train.log: the console must not share it
   sleep 2.5  # longer than the pause after a start: a second run would start meanwhile
   echo "end" >> "$CALLS"
   exit 0
@@ -56,6 +57,8 @@ def test_queue_runs_in_order_one_at_a_time_and_skips(tmp_path: Path, fake: dict[
     assert f"hydra.run.dir={runs / 'first_seed1'}" in first and "seed=1" in first and "resume=true" in first
     assert "test=false" in first and first[-1] == "encoder.char=lstm"
     assert f"hydra.run.dir={runs / 'second_seed2'}" in second and second[-2:] == ["data.scheme=IOB2", "a=b"]
+    assert (runs / "first_seed1" / "console.log").read_text() == "console output\n"
+    assert not (runs / "first_seed1" / "train.log").exists()
     assert "done seed 1: finished" in done.stdout and "busy seed 1: running elsewhere, skipped" in done.stdout
 
 
@@ -64,9 +67,11 @@ def test_status_table_from_the_logs(fake: dict[str, str]) -> None:
     (run / ".hydra").mkdir(parents=True)
     overrides = ["experiment=conll2003_bilstm_crf", "seed=2", "encoder.word_dim=300"]
     (run / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    log = "".join(f"[x][neurocrf.models.callbacks][INFO] - epoch {e}: {s} s, val/f1 {f}\n"
-                  for e, s, f in [(0, 400.5, 0.8), (1, 410.0, 0.9), (1, 410.0, 0.9), (2, 420.0, 0.85)])
+    timing = "(training 380.2 s: 36.9 sentences/s, 534.1 tokens/s)"
+    log = "".join(f"[x][neurocrf.models.callbacks][INFO] - epoch {e}: {s} s {timing}, val/f1 {f}\n"
+                  for e, s, f in [(1, 400.5, 0.8), (2, 410.0, 0.9), (3, 420.0, 0.85)])
     (run / "train.log").write_text(log)
+    (run / "console.log").write_text(log)  # the console's copy is not read: each epoch counts once
     done = subprocess.run(["bash", str(SCRIPT), "--status"], env=fake, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     row = done.stdout.splitlines()[-1]
