@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Screening runs of BiLSTM-CRF variants on CoNLL-2003 English, scored on dev F1 only (test=false):
 # a queue of "variant seed overrides..." lines, the overrides applied to experiment=$EXPERIMENT
-# (default conll2003_bilstm_crf_cased, the recipe the search started from), run JOBS at a time, each at nice 19 with one torch
-# thread, in $RUNS/<variant>_seed<seed>/ (Hydra run directory: Hydra's own log train.log, the console
+# (default conll2003_bilstm_crf_cased, the recipe the search started from), run JOBS at a time,
+# each at nice 19 with one torch thread, in $RUNS/<variant>_seed<seed>/ (Hydra run directory: Hydra's own log train.log, the console
 # output in console.log, checkpoints/last.ckpt).
 # Rerunning the same command resumes: finished runs (summary.json) are skipped, cut-off runs continue
 # from their checkpoints/last.ckpt (train.py's resume=true), and a run that another copy of this
@@ -29,7 +29,6 @@ MAX_EPOCHS=${MAX_EPOCHS:-30}
 PYTHON=${PYTHON:-python}
 POLL=${POLL:-30}  # whole seconds between looks for a free slot
 EXPERIMENT=${EXPERIMENT:-conll2003_bilstm_crf_cased}  # what the queue's overrides change
-
 
 if [[ ${1:-} == --status ]]; then  # a Markdown table of the runs, read from their train.log
   exec "$PYTHON" - "$RUNS" <<'EOF'
