@@ -2,8 +2,8 @@
 # Screening runs of BiLSTM-CRF variants on CoNLL-2003 English, scored on dev F1 only (test=false):
 # a queue of "variant seed overrides..." lines, the overrides applied to experiment=$EXPERIMENT
 # (default conll2003_bilstm_crf_cased, the recipe the search started from), run JOBS at a time,
-# each at nice 19 with one torch thread, in $RUNS/<variant>_seed<seed>/ (Hydra run directory: Hydra's own log train.log, the console
-# output in console.log, checkpoints/last.ckpt).
+# each at nice 19 with one torch thread, in $RUNS/<variant>_seed<seed>/ (Hydra run directory:
+# Hydra's own log train.log, the console output in console.log, checkpoints/last.ckpt).
 # Rerunning the same command resumes: finished runs (summary.json) are skipped, cut-off runs continue
 # from their checkpoints/last.ckpt (train.py's resume=true), and a run that another copy of this
 # script is training (its .lock is held) is left alone.
